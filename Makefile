@@ -1,0 +1,33 @@
+# GovFlow: the single entry point for people and CI. Every target sets itself up.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench lint format clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
+
+run: $(STAMP)  ## migrate SQLite, create demo logins, start the web server and a worker
+	$(PY) scripts/run.py
+
+test: $(STAMP)  ## the whole suite on SQLite and on PostgreSQL (started here if needed)
+	$(PY) scripts/test_all.py $(ARGS)
+
+bench: $(STAMP)  ## benchmarks on a durable PostgreSQL server; prints figures
+	$(PY) bench/run.py $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis

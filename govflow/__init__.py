@@ -1,0 +1,1 @@
+"""GovFlow: a durable workflow engine for public administration."""

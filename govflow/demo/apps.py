@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DemoConfig(AppConfig):
+    name = "govflow.demo"
+    label = "govflow_demo"
+    verbose_name = "Demo module"

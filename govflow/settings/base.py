@@ -1,0 +1,167 @@
+"""Settings shared by every environment.
+
+Everything that differs between machines comes from the environment. Defaults here are
+safe for development only; ``govflow.settings.prod`` refuses to start without the values
+a production deployment must set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = Path(os.environ.get("GOVFLOW_VAR_DIR", BASE_DIR / "var"))
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-secret-key-change-me")
+DEBUG = False
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "").split(",") if h]
+
+INSTALLED_APPS = [
+    "govflow.apps.GovFlowAdminConfig",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_q",
+    "recovery",
+    "govflow.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "govflow.urls"
+WSGI_APPLICATION = "govflow.wsgi.application"
+ASGI_APPLICATION = "govflow.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_from_env(url: str | None = None) -> dict:
+    """Return the default database: ``DATABASE_URL`` if set, else the embedded SQLite file.
+
+    SQLite runs in WAL mode with a busy timeout and ``BEGIN IMMEDIATE`` transactions so a
+    web process and a django-q2 worker can share one file: writers queue instead of failing
+    with "database is locked" halfway through a transaction.
+    """
+    url = url if url is not None else os.environ.get("DATABASE_URL", "")
+    if url:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        if config["ENGINE"] == "django.db.backends.postgresql":
+            config.setdefault("OPTIONS", {})
+            # Statements are prepared after their first use on a connection: the
+            # engine's hot path repeats the same few statements for every step.
+            config["OPTIONS"].setdefault("prepare_threshold", 1)
+        return config
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("GOVFLOW_SQLITE_PATH", str(VAR_DIR / "govflow.sqlite3")),
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": (
+                "PRAGMA journal_mode=WAL;"
+                "PRAGMA synchronous=NORMAL;"
+                "PRAGMA busy_timeout=30000;"
+                "PRAGMA foreign_keys=ON;"
+            ),
+        },
+    }
+
+
+DATABASES = {"default": database_from_env()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(os.environ.get("GOVFLOW_STATIC_ROOT", VAR_DIR / "static"))
+
+# Evidence files live outside the web root and are never served as static media; the
+# recovery desk streams them to permitted operators only.
+EVIDENCE_ROOT = Path(os.environ.get("GOVFLOW_EVIDENCE_ROOT", VAR_DIR / "evidence"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "recovery_evidence": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(EVIDENCE_ROOT), "base_url": None},
+    },
+}
+RECOVERY_EVIDENCE_STORAGE = "recovery_evidence"
+RECOVERY_EVIDENCE_MAX_BYTES = int(os.environ.get("GOVFLOW_EVIDENCE_MAX_BYTES", 20 * 1024 * 1024))
+
+# Keys for the checkpoint chain (BLAKE3 keyed mode). "id:64-hex-chars" pairs, comma
+# separated; the first is the active key, the others verify older checkpoints.
+RECOVERY_CHAIN_KEYS = os.environ.get("GOVFLOW_CHAIN_KEYS", "")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# django-q2 with its ORM broker on the default database. ``retry`` stays well above
+# ``timeout``: the broker hands a claimed task out again ``retry`` seconds after the
+# claim, so a task that may still be running must never be redelivered by the broker
+# itself (the engine's lease and fence make a redelivery harmless, not free).
+Q_CLUSTER = {
+    "name": "govflow",
+    "orm": "default",
+    "workers": int(os.environ.get("GOVFLOW_Q_WORKERS", 2)),
+    "timeout": 60,
+    "retry": 180,
+    "max_attempts": 0,
+    "ack_failures": True,
+    "catch_up": False,
+    "poll": 0.2,
+    "save_limit": 1000,
+    "guard_cycle": 0.5,
+    "label": "Task queue",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("GOVFLOW_LOG_LEVEL", "INFO")},
+}

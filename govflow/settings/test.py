@@ -1,0 +1,15 @@
+"""Test settings: fast password hashing, evidence in a throwaway folder, fixed chain keys."""
+
+import os
+import tempfile
+
+from .base import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+EVIDENCE_ROOT = tempfile.mkdtemp(prefix="govflow-evidence-")
+STORAGES["recovery_evidence"]["OPTIONS"]["location"] = EVIDENCE_ROOT  # noqa: F405
+RECOVERY_CHAIN_KEYS = os.environ.get(
+    "GOVFLOW_CHAIN_KEYS",
+    "test2:" + "22" * 32 + ",test1:" + "11" * 32,
+)

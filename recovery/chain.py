@@ -1,0 +1,277 @@
+"""The keyed BLAKE3 checkpoint chain: append, verify, revisions.
+
+Link ``n`` is ``BLAKE3(key, canonical([subject type, subject id, n, kind, fact
+fingerprint, link n-1]))``, with link 0 all zeros. A writer without the key cannot produce
+a valid link, so a rewritten, removed, reordered or re-hashed checkpoint is detected.
+Removing checkpoints from the *end* leaves a valid shorter chain: that is detected
+against a watermark (a revision a reader saw earlier) and against the operation rows,
+which remember the position of their latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from blake3 import blake3
+from django.db import IntegrityError, connection
+
+from .canonical import FingerprintKind, canonical_bytes, fingerprint
+from .db import GENESIS_LINK, dialect
+from .errors import ChainConflict, RevisionRollback
+from .keys import chain_keys
+from .models import Checkpoint, Operation
+from .states import can_transition
+from .subjects import Subject
+
+__all__ = ["Head", "Verification", "chain_verify", "revision_require", "subject_revision"]
+
+_CP = Checkpoint._meta.db_table
+_OP = Operation._meta.db_table
+
+# The operation columns the chain replays and compares (row attribute, fact field).
+COMPARED = (
+    ("state", "state"),
+    ("revision", "revision"),
+    ("step_id", "step"),
+    ("action", "action"),
+    ("recovery_mode", "mode"),
+    ("definition_fp", "definition_fp"),
+    ("input_fp", "input_fp"),
+    ("preview_fp", "preview_fp"),
+    ("access_fp", "access_fp"),
+    ("idempotency_fp", "idempotency_fp"),
+    ("result_fp", "result_fp"),
+    ("lease_key", "lease"),
+    ("fence", "fence"),
+    ("ordinal", "ordinal"),
+    ("chain_seq", "chain_seq"),
+)
+OP_COLUMNS = ("key", *(column for column, _ in COMPARED))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last link of a chain: its sequence number (the subject's revision) and link."""
+
+    seq: int
+    link: str
+
+
+EMPTY = Head(0, GENESIS_LINK)
+
+
+def compute_link(
+    key: bytes, subject: Subject, seq: int, kind: str, fact_fp: str, prev_link: str
+) -> str:
+    data = canonical_bytes([subject.type, subject.id, seq, kind, fact_fp, prev_link])
+    return blake3(data, key=key).hexdigest()
+
+
+def read_head(cursor, subject: Subject) -> Head:
+    cursor.execute(
+        f"SELECT seq, link FROM {_CP} WHERE subject_type = %s AND subject_id = %s "
+        "ORDER BY seq DESC LIMIT 1",
+        [subject.type, subject.id],
+    )
+    row = cursor.fetchone()
+    return Head(row[0], row[1]) if row else EMPTY
+
+
+def append(cursor, subject: Subject, head: Head, kind: str, fact: dict[str, Any]) -> Head:
+    """Append one checkpoint after ``head`` (internal: the caller holds a transaction).
+
+    The unique (subject, seq) constraint is the compare-and-swap: if another writer
+    appended first, this raises :class:`ChainConflict` and the transaction rolls back.
+    """
+    keys = chain_keys()
+    key = keys.keys[keys.active_id]
+    fact_bytes = canonical_bytes(fact)
+    fact_fp = fingerprint(FingerprintKind.FACT, fact_bytes)
+    seq = head.seq + 1
+    link = compute_link(key, subject, seq, kind, fact_fp, head.link)
+    try:
+        cursor.execute(
+            f"INSERT INTO {_CP} (subject_type, subject_id, seq, kind, fact, fact_fp, "
+            f"prev_link, link, key_id, recorded_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
+            [subject.type, subject.id, seq, kind, fact_bytes.decode(), fact_fp, head.link,
+             link, keys.active_id],
+        )
+    except IntegrityError as exc:
+        raise ChainConflict(
+            f"Checkpoint #{seq} of {subject} was written by someone else first. Nothing was "
+            "recorded; reload the subject and try again."
+        ) from exc
+    return Head(seq, link)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The result of verifying one subject's chain against its operation rows."""
+
+    subject: Subject
+    ok: bool
+    length: int
+    position: int | None = None
+    reason: str = ""
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.subject}: ok ({self.length} checkpoints)"
+        return f"{self.subject}: BROKEN at #{self.position}: {self.reason}"
+
+
+def _replay(
+    subject: Subject, checkpoints: Iterable[Sequence[Any]], watermark: int | None
+) -> tuple[dict[str, dict[str, Any]], int, Verification | None]:
+    keys = chain_keys()
+    ops: dict[str, dict[str, Any]] = {}
+    prev = GENESIS_LINK
+    length = 0
+
+    def broken(position: int, reason: str):
+        return ops, length, Verification(subject, False, length, position, reason)
+
+    for seq, kind, fact, fact_fp, prev_link, link, key_id in checkpoints:
+        expected = length + 1
+        if seq != expected:
+            return broken(expected, f"checkpoint #{expected} is missing (next is #{seq})")
+        if prev_link != prev:
+            return broken(seq, f"checkpoint #{seq} does not follow #{seq - 1} (previous "
+                               "link differs: removed, reordered or rewritten)")
+        key = keys.get(key_id)
+        if key is None:
+            return broken(seq, f"checkpoint #{seq} names an unknown chain key {key_id!r}")
+        fact_bytes = fact.encode()
+        try:
+            parsed = json.loads(fact)
+            canonical = canonical_bytes(parsed) == fact_bytes
+        except ValueError:
+            canonical = False
+        if not canonical or not isinstance(parsed, dict):
+            return broken(seq, f"checkpoint #{seq}'s fact is not canonical JSON")
+        if fingerprint(FingerprintKind.FACT, fact_bytes) != fact_fp:
+            return broken(seq, f"checkpoint #{seq}'s fact does not match its fingerprint "
+                               "(the fact was changed)")
+        if compute_link(key, subject, seq, kind, fact_fp, prev_link) != link:
+            return broken(seq, f"checkpoint #{seq}'s link does not verify with key "
+                               f"{key_id!r} (rewritten or re-hashed without the key)")
+        prev = link
+        length = seq
+        problem = _apply(ops, seq, kind, parsed)
+        if problem:
+            return broken(seq, problem)
+    if watermark is not None and length < watermark:
+        return broken(length + 1, f"the chain ends at #{length} but #{watermark} was seen "
+                                  "before: checkpoints were removed from its end")
+    return ops, length, None
+
+
+def _apply(ops: dict[str, dict[str, Any]], seq: int, kind: str, fact: dict[str, Any]) -> str:
+    key = fact.get("operation")
+    if key is None or "state" not in fact:
+        return ""
+    if kind == "operation.recorded":
+        if key in ops:
+            return f"checkpoint #{seq} records operation {key} a second time"
+        ops[key] = {field: fact.get(field) for _, field in COMPARED} | {"chain_seq": seq}
+        return ""
+    current = ops.get(key)
+    if current is None:
+        return f"checkpoint #{seq} changes operation {key} before it was recorded"
+    if not can_transition(current["state"], fact["state"]):
+        return (f"checkpoint #{seq} moves operation {key} from {current['state']} to "
+                f"{fact['state']}, which is not an allowed transition")
+    if fact.get("revision") != current["revision"] + 1:
+        return f"checkpoint #{seq} skips a revision of operation {key}"
+    current.update(state=fact["state"], revision=fact["revision"],
+                   result_fp=fact.get("result_fp", current["result_fp"]), chain_seq=seq)
+    return ""
+
+
+def compare(
+    subject: Subject, ops: dict[str, dict[str, Any]], rows: Iterable[Sequence[Any]], length: int
+) -> Verification:
+    """Compare replayed operations with their rows (the fast projection)."""
+    seen = set()
+    for row in rows:
+        key, values = row[0], row[1:]
+        seen.add(key)
+        expected = ops.get(key)
+        if expected is None:
+            return Verification(subject, False, length, length + 1,
+                                f"operation {key} has no checkpoint in the chain")
+        for (column, field), value in zip(COMPARED, values, strict=True):
+            if expected[field] != value:
+                return Verification(
+                    subject, False, length, expected["chain_seq"],
+                    f"operation {key}'s {column} is {value!r} in its row but "
+                    f"{expected[field]!r} in the chain (changed behind the chain's back)",
+                )
+    for key, expected in ops.items():
+        if key not in seen:
+            return Verification(subject, False, length, expected["chain_seq"],
+                                f"operation {key} is in the chain but its row is missing")
+    return Verification(subject, True, length)
+
+
+def load_checkpoints(cursor, subject: Subject) -> list[Sequence[Any]]:
+    cursor.execute(
+        f"SELECT seq, kind, fact, fact_fp, prev_link, link, key_id FROM {_CP} "
+        "WHERE subject_type = %s AND subject_id = %s ORDER BY seq",
+        [subject.type, subject.id],
+    )
+    return cursor.fetchall()
+
+
+def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
+    cursor.execute(
+        f"SELECT {', '.join(OP_COLUMNS)} FROM {_OP} WHERE subject_type = %s AND subject_id = %s",
+        [subject.type, subject.id],
+    )
+    return cursor.fetchall()
+
+
+def verify_rows(
+    subject: Subject,
+    checkpoints: Sequence[Sequence[Any]],
+    operations: Iterable[Sequence[Any]],
+    watermark: int | None = None,
+) -> Verification:
+    ops, length, failure = _replay(subject, checkpoints, watermark)
+    if failure is not None:
+        return failure
+    return compare(subject, ops, operations, length)
+
+
+def chain_verify(subject: Subject, *, watermark: int | None = None) -> Verification:
+    """Recompute ``subject``'s chain and compare it with its operation rows.
+
+    Returns a :class:`Verification`: ok, or the first broken position and why. This is a
+    read; opening an incident is :func:`recovery.services.incidents.subject_verify`.
+    """
+    with connection.cursor() as cursor:
+        return verify_rows(
+            subject, load_checkpoints(cursor, subject), load_operations(cursor, subject),
+            watermark,
+        )
+
+
+def subject_revision(subject: Subject) -> int:
+    """Return the subject's revision: the sequence number of its newest checkpoint."""
+    with connection.cursor() as cursor:
+        return read_head(cursor, subject).seq
+
+
+def revision_require(subject: Subject, *, watermark: int) -> int:
+    """Return the current revision, or raise :class:`RevisionRollback` if below ``watermark``."""
+    current = subject_revision(subject)
+    if current < watermark:
+        raise RevisionRollback(
+            f"{subject} is at revision {current} but revision {watermark} was seen before: "
+            "the stored state was rolled back. Do not act on it; open an integrity incident."
+        )
+    return current

@@ -1,0 +1,106 @@
+"""Typed errors of the recovery core.
+
+Every error says what happened, what it means and what to do. Views map
+:class:`ConflictError` subclasses to HTTP 409 and :class:`RecoveryValidationError`
+subclasses to HTTP 400.
+"""
+
+from __future__ import annotations
+
+
+class RecoveryError(Exception):
+    """Base class of every error raised by :mod:`recovery`."""
+
+
+class RecoveryValidationError(RecoveryError, ValueError):
+    """The caller passed something malformed; nothing was recorded."""
+
+
+class ConflictError(RecoveryError):
+    """The stored state does not allow this change; nothing was changed."""
+
+
+class CanonicalError(RecoveryValidationError):
+    """A value cannot be turned into canonical bytes.
+
+    ``path`` names the offending place in the value, such as ``$.applicant.ids[2]``.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(
+            f"{path}: {problem}. Canonical values are JSON: objects with string keys, "
+            "arrays, strings, finite numbers, true, false and null."
+        )
+
+
+class EmptyNonce(RecoveryValidationError):
+    """An operation key was asked for without a durable nonce."""
+
+
+class StaleFence(ConflictError):
+    """A write carried a fence that is no longer the lease's current, unexpired fence."""
+
+
+class LeaseHeld(ConflictError):
+    """Someone else holds an unexpired lease on the resource."""
+
+
+class OperationExists(ConflictError):
+    """An operation with this key was already recorded."""
+
+
+class OperationNotFound(RecoveryError, LookupError):
+    """No ledger operation has this key."""
+
+
+class InvalidTransition(ConflictError):
+    """The operation's current state does not allow the requested state."""
+
+
+class ContradictoryObservation(ConflictError):
+    """A terminal observation contradicts the one already recorded (facts are monotonic)."""
+
+
+class InputFingerprintMismatch(ConflictError):
+    """The input presented now is not the input the operation was recorded with."""
+
+
+class ChainConflict(ConflictError):
+    """Another writer appended to the subject's checkpoint chain first."""
+
+
+class ChainBroken(ConflictError):
+    """The subject's checkpoint chain does not verify; success is refused.
+
+    ``result`` is the :class:`recovery.chain.Verification` that failed.
+    """
+
+    def __init__(self, message: str, result: object) -> None:
+        self.result = result
+        super().__init__(message)
+
+
+class IntegrityIncidentOpen(ConflictError):
+    """An open integrity incident on the subject blocks success until re-verification."""
+
+
+class RevisionRollback(ConflictError):
+    """The stored state is older than a revision the reader has already seen."""
+
+
+class DecisionError(RecoveryValidationError):
+    """A decision request or approval is incomplete or not allowed."""
+
+
+class DecisionConflict(ConflictError):
+    """The decision was already approved, rejected or superseded."""
+
+
+class EvidenceRejected(RecoveryValidationError):
+    """An uploaded evidence file is empty, too large, or not an accepted type."""
+
+
+class ChainKeyError(RecoveryError):
+    """The checkpoint chain keys in settings are missing or malformed."""

@@ -1,0 +1,193 @@
+"""Recovery models: data, constraints and indexes only. Writes go through services.
+
+No model has a column for raw input, output, error text or credentials: the ledger holds
+fingerprints only (invariant I1).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.files.storage import storages
+from django.db import models
+from django.db.models import F, Q
+
+from .states import DecisionKind, DecisionState, IncidentStatus, OperationState, RecoveryMode
+
+FP = {"max_length": 64}
+
+
+class Lease(models.Model):
+    """Who may advance a resource now. The row is never deleted: its fence only grows."""
+
+    key = models.CharField(max_length=200, primary_key=True)
+    holder = models.CharField(max_length=200, null=True, blank=True)
+    fence = models.BigIntegerField()
+    acquired_at = models.DateTimeField(null=True)
+    expires_at = models.DateTimeField(null=True)
+    released_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "recovery_lease"
+        constraints = [models.CheckConstraint(condition=Q(fence__gte=1), name="lease_fence_positive")]
+
+    def __str__(self) -> str:
+        return f"{self.key} (fence {self.fence})"
+
+
+class Operation(models.Model):
+    """The durable record of one invocation boundary, with fingerprints only."""
+
+    key = models.CharField(max_length=80, unique=True)
+    subject_type = models.CharField(max_length=100)
+    subject_id = models.CharField(max_length=100)
+    step_id = models.CharField(max_length=200)
+    action = models.CharField(max_length=200)
+    recovery_mode = models.CharField(max_length=20, choices=RecoveryMode.choices)
+    definition_fp = models.CharField(**FP)
+    input_fp = models.CharField(**FP)
+    preview_fp = models.CharField(**FP)
+    access_fp = models.CharField(**FP)
+    idempotency_fp = models.CharField(**FP)
+    result_fp = models.CharField(max_length=64, blank=True, default="")
+    lease_key = models.CharField(max_length=200)
+    fence = models.BigIntegerField()
+    ordinal = models.PositiveIntegerField()
+    state = models.CharField(max_length=20, choices=OperationState.choices)
+    revision = models.PositiveIntegerField()
+    chain_seq = models.BigIntegerField()
+    recorded_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "recovery_operation"
+        indexes = [
+            models.Index(fields=["subject_type", "subject_id"], name="recovery_op_subject"),
+            models.Index(fields=["idempotency_fp"], name="recovery_op_idempotency"),
+            models.Index(fields=["state"], name="recovery_op_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.key[:15]}… ({self.state})"
+
+
+class Checkpoint(models.Model):
+    """One link of a subject's keyed BLAKE3 hash chain."""
+
+    subject_type = models.CharField(max_length=100)
+    subject_id = models.CharField(max_length=100)
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=40)
+    fact = models.TextField(help_text="Canonical JSON of the fact (fingerprints, states).")
+    fact_fp = models.CharField(**FP)
+    prev_link = models.CharField(**FP)
+    link = models.CharField(**FP)
+    key_id = models.CharField(max_length=32)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "recovery_checkpoint"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subject_type", "subject_id", "seq"], name="recovery_checkpoint_seq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject_type}:{self.subject_id} #{self.seq} {self.kind}"
+
+
+class IntegrityIncident(models.Model):
+    """A broken chain or contradictory fact. While open, success is refused for the subject."""
+
+    subject_type = models.CharField(max_length=100)
+    subject_id = models.CharField(max_length=100)
+    position = models.BigIntegerField(null=True, blank=True)
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=10, choices=IncidentStatus.choices, default=IncidentStatus.OPEN
+    )
+    detected_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+",
+    )
+
+    class Meta:
+        db_table = "recovery_incident"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subject_type", "subject_id"],
+                condition=Q(status="open"),
+                name="recovery_one_open_incident_per_subject",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Incident on {self.subject_type}:{self.subject_id} ({self.status})"
+
+
+class Decision(models.Model):
+    """An operator's resolution of an uncertain operation, approved by a second person."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="decisions")
+    kind = models.CharField(max_length=20, choices=DecisionKind.choices)
+    rationale = models.TextField()
+    checks = models.JSONField(default=dict, blank=True)
+    state = models.CharField(
+        max_length=10, choices=DecisionState.choices, default=DecisionState.REQUESTED
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The approver (or rejecter); never the requester.",
+    )
+    decision_note = models.TextField(blank=True, default="")
+    requested_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "recovery_decision"
+        permissions = [
+            ("request_decision", "Can request a decision on an uncertain operation"),
+            ("approve_decision", "Can approve or reject another person's decision"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(decided_by__isnull=True) | ~Q(decided_by=F("requested_by")),
+                name="recovery_decision_four_eyes",
+            ),
+            models.UniqueConstraint(
+                fields=["operation"],
+                condition=Q(state__in=["requested", "approved"]),
+                name="recovery_one_live_decision_per_operation",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on {self.operation_id} ({self.state})"
+
+
+def evidence_storage():
+    return storages[getattr(settings, "RECOVERY_EVIDENCE_STORAGE", "default")]
+
+
+class EvidenceFile(models.Model):
+    """A file an operator uploaded as evidence, stored by its BLAKE3 fingerprint."""
+
+    decision = models.ForeignKey(Decision, on_delete=models.PROTECT, related_name="evidence")
+    file = models.FileField(storage=evidence_storage, max_length=200)
+    fingerprint = models.CharField(**FP)
+    size = models.PositiveBigIntegerField()
+    content_type = models.CharField(max_length=100)
+    name = models.CharField(max_length=120, help_text="Sanitised original file name.")
+    uploaded_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "recovery_evidence"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint[:12]}…)"

@@ -1,0 +1,1 @@
+"""Write paths of the recovery core, one module per entity."""

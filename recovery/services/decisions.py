@@ -1,0 +1,188 @@
+"""Decisions: an operator resolves an uncertain operation; a second person approves.
+
+Nothing moves on a request alone. Approval is a compare-and-swap on the decision's state,
+so two approvals racing for the same decision move the operation exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
+
+from .. import chain
+from ..canonical import FingerprintKind, fingerprint_value
+from ..errors import DecisionConflict, DecisionError
+from ..evidence import storage_path, validate_upload
+from ..models import Decision, EvidenceFile, Operation, evidence_storage
+from ..states import DecisionKind, DecisionState, OperationState
+from ..subjects import Subject
+from .operations import _load, opening_incidents, transition, verified_head
+
+__all__ = ["decision_approve", "decision_reject", "decision_request"]
+
+K = DecisionKind
+S = OperationState
+# Which operation states each kind of decision may resolve, and where it moves them.
+DECIDABLE = {
+    K.EFFECT_CONFIRMED: ({S.OUTCOME_UNKNOWN}, S.EFFECT_CONFIRMED),
+    K.EFFECT_ABSENT: ({S.OUTCOME_UNKNOWN}, S.EFFECT_ABSENT),
+    # A cancel records that the work is abandoned; the effect stays unknown in the ledger.
+    K.CANCEL: ({S.OUTCOME_UNKNOWN, S.PENDING}, None),
+}
+
+
+def _require_perm(user, perm: str, doing: str) -> None:
+    if not (user and user.is_authenticated and user.is_active and user.has_perm(perm)):
+        raise DecisionError(f"{user} may not {doing}: the permission {perm!r} is required.")
+
+
+def decision_request(
+    *,
+    operation_key: str,
+    kind: str,
+    rationale: str,
+    requested_by,
+    evidence: Sequence = (),
+    checks: Mapping[str, str] | None = None,
+    required_checks: Sequence[str] = (),
+) -> Decision:
+    """Request a decision on an uncertain operation, with evidence files.
+
+    *Effect confirmed* and *effect absent* need a rationale and at least one evidence file;
+    a cancel needs a rationale. ``required_checks`` are the provider's verification check
+    ids: each needs an answer in ``checks``. Nothing moves until another person approves.
+    """
+    _require_perm(requested_by, "recovery.request_decision", "request a decision")
+    if kind not in DECIDABLE:
+        raise DecisionError(f"Unknown decision {kind!r}; use one of {', '.join(K.values)}.")
+    rationale = (rationale or "").strip()
+    if not rationale:
+        raise DecisionError("A decision needs a rationale: say what was checked and what it "
+                            "showed.")
+    if kind != K.CANCEL and not evidence:
+        raise DecisionError(
+            f"'{K(kind).label}' needs at least one evidence file (for example the provider's "
+            "record, a registry extract or a confirmation e-mail). A timeout, a restart or an "
+            "empty local result is not evidence of absence."
+        )
+    checks = {str(k): str(v).strip() for k, v in (checks or {}).items()}
+    missing = [c for c in required_checks if not checks.get(c)]
+    if missing:
+        raise DecisionError(f"Answer the provider's verification checks first: "
+                            f"{', '.join(missing)}.")
+    files = [validate_upload(upload) for upload in evidence]
+    try:
+        with transaction.atomic():
+            operation = Operation.objects.select_for_update().filter(key=operation_key).first()
+            if operation is None:
+                raise DecisionError(f"No ledger operation has key {operation_key!r}.")
+            allowed, _ = DECIDABLE[kind]
+            if operation.state not in allowed:
+                raise DecisionError(
+                    f"Operation {operation_key} is {operation.state}; '{K(kind).label}' can "
+                    f"only resolve an operation that is {' or '.join(sorted(allowed))}."
+                )
+            decision = Decision.objects.create(
+                operation=operation, kind=kind, rationale=rationale, checks=checks,
+                requested_by=requested_by, requested_at=Now(),
+            )
+            storage = evidence_storage()
+            for item in files:
+                path = storage_path(item.fingerprint)
+                if not storage.exists(path):
+                    path = storage.save(path, item.content)
+                EvidenceFile.objects.create(
+                    decision=decision, file=path, fingerprint=item.fingerprint,
+                    size=item.size, content_type=item.content_type, name=item.name,
+                    uploaded_at=Now(),
+                )
+            subject = Subject(operation.subject_type, operation.subject_id)
+            with connection.cursor() as cursor:
+                chain.append(cursor, subject, chain.read_head(cursor, subject),
+                             "decision.requested", {
+                                 "operation": operation.key, "decision": decision.pk,
+                                 "kind": str(kind), "requested_by": requested_by.pk,
+                                 "rationale_fp": fingerprint_value(FingerprintKind.INPUT,
+                                                                   rationale),
+                                 "checks_fp": fingerprint_value(FingerprintKind.INPUT, checks),
+                                 "evidence": sorted(f.fingerprint for f in files),
+                             })
+    except IntegrityError as exc:
+        raise DecisionConflict(
+            f"Operation {operation_key} already has a decision awaiting approval or approved. "
+            "Approve or reject that one first."
+        ) from exc
+    decision.refresh_from_db()
+    return decision
+
+
+def decision_approve(*, decision_id: int, approved_by) -> Decision:
+    """Approve another person's decision and move the operation, exactly once."""
+    _require_perm(approved_by, "recovery.approve_decision", "approve a decision")
+    with opening_incidents(), transaction.atomic():
+        decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
+        if decision is None:
+            raise DecisionError(f"No decision has id {decision_id}.")
+        if decision.requested_by_id == approved_by.pk:
+            raise DecisionError(
+                "The person who requested a decision cannot approve it: a second person "
+                "must check the evidence."
+            )
+        claimed = Decision.objects.filter(pk=decision_id, state=DecisionState.REQUESTED).update(
+            state=DecisionState.APPROVED, decided_by=approved_by, decided_at=Now()
+        )
+        if claimed != 1:
+            raise DecisionConflict(
+                f"Decision {decision_id} is no longer awaiting approval (someone else "
+                "approved or rejected it). Nothing was changed."
+            )
+        _, target = DECIDABLE[decision.kind]
+        operation = decision.operation
+        subject = Subject(operation.subject_type, operation.subject_id)
+        extra = {"decision": decision.pk, "kind": str(decision.kind),
+                 "requested_by": decision.requested_by_id, "approved_by": approved_by.pk}
+        with connection.cursor() as cursor:
+            if target == S.EFFECT_CONFIRMED:
+                head = verified_head(cursor, subject)
+            else:
+                head = chain.read_head(cursor, subject)
+            if target is None:
+                chain.append(cursor, subject, head, "decision.approved",
+                             {"operation": operation.key, **extra})
+            else:
+                row = _load(cursor, operation.key)
+                transition(cursor, row, target, head=head, kind="decision.approved",
+                           fact_extra=extra)
+    decision.refresh_from_db()
+    return decision
+
+
+def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
+    """Reject another person's decision; the operation stays as it was."""
+    _require_perm(rejected_by, "recovery.approve_decision", "reject a decision")
+    note = (note or "").strip()
+    if not note:
+        raise DecisionError("Say why the decision is rejected, so the requester can act on it.")
+    with transaction.atomic():
+        decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
+        if decision is None:
+            raise DecisionError(f"No decision has id {decision_id}.")
+        if decision.requested_by_id == rejected_by.pk:
+            raise DecisionError("The requester cannot reject their own decision; a second "
+                                "person decides.")
+        changed = Decision.objects.filter(pk=decision_id, state=DecisionState.REQUESTED).update(
+            state=DecisionState.REJECTED, decided_by=rejected_by, decided_at=Now(),
+            decision_note=note,
+        )
+        if changed != 1:
+            raise DecisionConflict(f"Decision {decision_id} is no longer awaiting approval.")
+        operation = decision.operation
+        subject = Subject(operation.subject_type, operation.subject_id)
+        with connection.cursor() as cursor:
+            chain.append(cursor, subject, chain.read_head(cursor, subject), "decision.rejected",
+                         {"operation": operation.key, "decision": decision.pk,
+                          "rejected_by": rejected_by.pk})
+    decision.refresh_from_db()
+    return decision

@@ -1,0 +1,156 @@
+"""Leases and fences: who may advance a resource now.
+
+The protocol, in one place:
+
+1. ``lease_acquire`` is one upsert. It succeeds only when the lease row is new, released
+   or expired *by the database clock*, and sets ``fence = fence + 1``. The row is never
+   deleted, so a fence is strictly greater than every fence issued for that key before,
+   including across releases.
+2. The holder proves authority on every write by a condition inside that write
+   (:func:`fence_condition`): the lease row still names this holder and fence and has not
+   expired. A stale holder's write matches no row and raises :class:`StaleFence`.
+3. On PostgreSQL that condition also takes a share lock on the lease row until the
+   writer commits, so a new holder's upsert waits for an in-flight write of the old
+   holder and then sees its result. The lock closes that window; the condition remains
+   the proof.
+4. ``lease_renew`` and ``lease_release`` are conditional on holder, fence and expiry, so a
+   holder whose lease expired can neither extend nor release it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.db.models import Exists, QuerySet
+from django.db.models.functions import Now
+
+from ..db import dialect
+from ..errors import LeaseHeld, RecoveryValidationError, StaleFence
+from ..models import Lease
+
+__all__ = [
+    "Fence",
+    "fence_condition",
+    "fenced_update",
+    "lease_acquire",
+    "lease_release",
+    "lease_renew",
+]
+
+_TABLE = Lease._meta.db_table
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Proof of a lease: the resource key, the holder and the fence number it was given."""
+
+    key: str
+    holder: str
+    fence: int
+
+    def __str__(self) -> str:
+        return f"{self.key} fence {self.fence} held by {self.holder}"
+
+
+def _validate(key: str, holder: str, ttl: float) -> None:
+    if not key or len(key) > 200:
+        raise RecoveryValidationError("A lease key must be 1-200 characters, e.g. 'instance:42'.")
+    if not holder or len(holder) > 200:
+        raise RecoveryValidationError("A lease holder must be 1-200 characters.")
+    if not 0 < ttl <= 86400:
+        raise RecoveryValidationError(f"A lease ttl must be in (0, 86400] seconds, not {ttl}.")
+
+
+def lease_acquire(*, key: str, holder: str, ttl: float) -> Fence:
+    """Acquire the lease on ``key`` for ``ttl`` seconds of database time.
+
+    Returns the new :class:`Fence`; raises :class:`LeaseHeld` while another holder's lease
+    is unexpired (a holder re-acquiring its own live lease is refused too: renew instead).
+    """
+    _validate(key, holder, ttl)
+    d = dialect()
+    sql = (
+        f"INSERT INTO {_TABLE} (key, holder, fence, acquired_at, expires_at, released_at) "
+        f"VALUES (%s, %s, 1, {d.now}, {d.plus_seconds}, NULL) "
+        f"ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, "
+        f"fence = {_TABLE}.fence + 1, acquired_at = excluded.acquired_at, "
+        f"expires_at = excluded.expires_at, released_at = NULL "
+        f"WHERE {_TABLE}.holder IS NULL OR {_TABLE}.expires_at <= {d.now} "
+        f"RETURNING fence"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, [key, holder, d.seconds_param(ttl)])
+        row = cursor.fetchone()
+    if row is None:
+        current = Lease.objects.filter(key=key).values_list("holder", "expires_at").first()
+        who, until = current if current else ("someone", None)
+        raise LeaseHeld(
+            f"Lease {key!r} is held by {who} until {until}. Wait for it to expire or be "
+            "released; its holder's work is still in progress."
+        )
+    return Fence(key=key, holder=holder, fence=row[0])
+
+
+def fence_condition(fence: Fence) -> tuple[str, list[object]]:
+    """Return ``(sql, params)`` of an EXISTS condition that holds only for a live fence."""
+    d = dialect()
+    sql = (
+        f"EXISTS (SELECT 1 FROM {_TABLE} WHERE key = %s AND holder = %s AND fence = %s "
+        f"AND expires_at > {d.now} {d.share_lock})"
+    )
+    return sql, [fence.key, fence.holder, fence.fence]
+
+
+def _stale(fence: Fence, doing: str) -> StaleFence:
+    return StaleFence(
+        f"Cannot {doing}: {fence} is no longer the live lease (it expired or a newer holder "
+        "took over). Nothing was changed; the current holder carries on."
+    )
+
+
+def lease_renew(*, fence: Fence, ttl: float) -> Fence:
+    """Extend a live lease by ``ttl`` seconds from now (database time)."""
+    _validate(fence.key, fence.holder, ttl)
+    d = dialect()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET expires_at = {d.plus_seconds} "
+            f"WHERE key = %s AND holder = %s AND fence = %s AND expires_at > {d.now}",
+            [d.seconds_param(ttl), fence.key, fence.holder, fence.fence],
+        )
+        if cursor.rowcount != 1:
+            raise _stale(fence, "renew the lease")
+    return fence
+
+
+def lease_release(*, fence: Fence) -> None:
+    """Release a live lease; its fence stays, so the next holder gets a greater one."""
+    d = dialect()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET holder = NULL, expires_at = NULL, released_at = {d.now} "
+            f"WHERE key = %s AND holder = %s AND fence = %s AND expires_at > {d.now}",
+            [fence.key, fence.holder, fence.fence],
+        )
+        if cursor.rowcount != 1:
+            raise _stale(fence, "release the lease")
+
+
+def fenced_update(queryset: QuerySet, *, fence: Fence, **values: object) -> int:
+    """Run ``queryset.update(**values)`` only while ``fence`` is the live lease.
+
+    The fence check is part of the UPDATE's own WHERE clause, so it is one conditional
+    write. Raises :class:`StaleFence` (changing nothing) when the fence is stale; returns
+    the number of rows updated otherwise (which may be 0 if the queryset matches nothing).
+    """
+    live = Lease.objects.filter(
+        key=fence.key, holder=fence.holder, fence=fence.fence, expires_at__gt=Now()
+    )
+    if connection.vendor == "postgresql":
+        live = live.select_for_update(no_key=True)
+    with transaction.atomic():
+        count = queryset.filter(Exists(live)).update(**values)
+        if count == 0 and not live.exists():
+            raise _stale(fence, "write")
+    return count

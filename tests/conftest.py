@@ -1,0 +1,55 @@
+"""Shared fixtures. Database tests run on SQLite and on PostgreSQL (see ``make test``)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+
+from recovery.testing import live_fence, new_subject
+
+
+def pytest_report_header(config):
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    return f"database backend: {engine}"
+
+
+@pytest.fixture
+def subject():
+    return new_subject()
+
+
+@pytest.fixture
+def fence(subject):
+    return live_fence(subject)
+
+
+def _user(django_user_model, username: str, *codenames: str):
+    user = django_user_model.objects.create_user(username=username, password="pw-" + username,
+                                                 is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
+
+
+@pytest.fixture
+def requester(django_user_model):
+    return _user(django_user_model, "requester", "request_decision", "view_decision")
+
+
+@pytest.fixture
+def approver(django_user_model):
+    return _user(django_user_model, "approver", "request_decision", "approve_decision",
+                 "view_decision")
+
+
+@pytest.fixture
+def second_approver(django_user_model):
+    return _user(django_user_model, "approver2", "approve_decision")
+
+
+@pytest.fixture
+def on_postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite serialises all writers, so there is no race")
