@@ -196,6 +196,15 @@ def compare(
     subject: Subject, ops: dict[str, dict[str, Any]], rows: Iterable[Sequence[Any]], length: int
 ) -> Verification:
     """Compare replayed operations with their rows (the fast projection)."""
+    rows = list(rows)
+    # chain_seq is the last compared column. A row pointing past the chain's end means
+    # checkpoints were removed from the end; blaming the row would send people astray.
+    beyond = max(((row[-1], row[0]) for row in rows if row[-1] > length), default=None)
+    if beyond is not None:
+        return Verification(subject, False, length, length + 1,
+                            f"the chain ends at #{length} but operation {beyond[1]}'s row "
+                            f"points to checkpoint #{beyond[0]}: checkpoints were removed "
+                            "from its end")
     seen = set()
     for row in rows:
         key, values = row[0], row[1:]

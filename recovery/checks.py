@@ -11,7 +11,7 @@ from .keys import chain_keys
 @checks.register(checks.Tags.security)
 def check_chain_keys(app_configs, **kwargs):
     try:
-        keys = chain_keys()
+        chain_keys()
     except ChainKeyError as exc:
         return [checks.Error(str(exc), hint="Fix RECOVERY_CHAIN_KEYS.", id="recovery.E001")]
     return []

@@ -20,7 +20,8 @@ class Lease(models.Model):
     """Who may advance a resource now. The row is never deleted: its fence only grows."""
 
     key = models.CharField(max_length=200, primary_key=True)
-    holder = models.CharField(max_length=200, null=True, blank=True)
+    # NULL, not "", means released: the acquire upsert tests "holder IS NULL".
+    holder = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     fence = models.BigIntegerField()
     acquired_at = models.DateTimeField(null=True)
     expires_at = models.DateTimeField(null=True)
@@ -28,7 +29,9 @@ class Lease(models.Model):
 
     class Meta:
         db_table = "recovery_lease"
-        constraints = [models.CheckConstraint(condition=Q(fence__gte=1), name="lease_fence_positive")]
+        constraints = [
+            models.CheckConstraint(condition=Q(fence__gte=1), name="lease_fence_positive"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.key} (fence {self.fence})"

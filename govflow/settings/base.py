@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_q",
     "recovery",
+    "govflow.engine",
     "govflow.demo",
 ]
 

@@ -13,3 +13,8 @@ RECOVERY_CHAIN_KEYS = os.environ.get(
     "GOVFLOW_CHAIN_KEYS",
     "test2:" + "22" * 32 + ",test1:" + "11" * 32,
 )
+
+# Test provider apps (tests/providers): steerable actions of every recovery mode.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.providers.alpha", "tests.providers.beta"]  # noqa: F405
+ALPHA_STORE = os.environ.get("ALPHA_STORE", "")
+GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))

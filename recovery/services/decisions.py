@@ -144,6 +144,15 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
         extra = {"decision": decision.pk, "kind": str(decision.kind),
                  "requested_by": decision.requested_by_id, "approved_by": approved_by.pk}
         with connection.cursor() as cursor:
+            # The operation may have been resolved since the request (e.g. by a provider
+            # reconcile): its fact is final, so this decision must not overwrite it.
+            row = _load(cursor, operation.key)
+            allowed, _ = DECIDABLE[decision.kind]
+            if row["state"] not in allowed:
+                raise DecisionConflict(
+                    f"Operation {operation.key} is now {row['state']}, so decision "
+                    f"{decision_id} no longer applies. Nothing was changed; reject it."
+                )
             if target == S.EFFECT_CONFIRMED:
                 head = verified_head(cursor, subject)
             else:
@@ -152,7 +161,6 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
                 chain.append(cursor, subject, head, "decision.approved",
                              {"operation": operation.key, **extra})
             else:
-                row = _load(cursor, operation.key)
                 transition(cursor, row, target, head=head, kind="decision.approved",
                            fact_extra=extra)
     decision.refresh_from_db()

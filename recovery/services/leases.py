@@ -35,6 +35,7 @@ __all__ = [
     "fenced_update",
     "lease_acquire",
     "lease_release",
+    "lease_release_if_held",
     "lease_renew",
 ]
 
@@ -135,6 +136,15 @@ def lease_release(*, fence: Fence) -> None:
         )
         if cursor.rowcount != 1:
             raise _stale(fence, "release the lease")
+
+
+def lease_release_if_held(*, fence: Fence) -> bool:
+    """Release ``fence`` if it is still live; return False when it had already lapsed."""
+    try:
+        lease_release(fence=fence)
+    except StaleFence:
+        return False
+    return True
 
 
 def fenced_update(queryset: QuerySet, *, fence: Fence, **values: object) -> int:

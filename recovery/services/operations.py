@@ -286,7 +286,7 @@ def operation_observe(
     state: str,
     fence: Fence,
     result: Any = None,
-    input: Any = None,  # noqa: A002 - the provider-facing word
+    input: Any = None,
 ) -> RecordedOperation:
     """Record what was observed about a dispatched operation, on the caller's live fence.
 
@@ -382,7 +382,7 @@ def _check_input(row: dict[str, Any], input_fp: str | None) -> None:
         )
 
 
-def operation_check_input(*, key: str, input: Any) -> None:  # noqa: A002
+def operation_check_input(*, key: str, input: Any) -> None:
     """Fail closed with :class:`InputFingerprintMismatch` unless ``input`` is the recorded one."""
     with connection.cursor() as cursor:
         row = _load(cursor, key)

@@ -1,0 +1,187 @@
+"""Engine models: data, constraints and indexes. Writes go through ``services``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Definition(models.Model):
+    """A published, immutable workflow version. A new version is a new row."""
+
+    key = models.CharField(max_length=120)
+    version = models.PositiveIntegerField()
+    title = models.CharField(max_length=200)
+    document = models.TextField(help_text="Canonical JSON bytes of the definition.")
+    fingerprint = models.CharField(max_length=64, unique=True)
+    source = models.CharField(max_length=300, blank=True, default="")
+    published_at = models.DateTimeField()
+    published_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+",
+    )
+
+    class Meta:
+        db_table = "engine_definition"
+        constraints = [
+            models.UniqueConstraint(fields=["key", "version"], name="engine_definition_version"),
+        ]
+        permissions = [("publish_definition", "Can publish workflow definitions")]
+
+    def __str__(self) -> str:
+        return f"{self.key} v{self.version}"
+
+
+class InstanceStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting"
+    BLOCKED = "blocked", "Blocked (needs an operator)"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Instance(models.Model):
+    """One run of a definition, pinned to its fingerprint."""
+
+    definition = models.ForeignKey(Definition, on_delete=models.PROTECT, related_name="instances")
+    definition_fp = models.CharField(max_length=64)
+    tenant = models.CharField(max_length=100)
+    variables = models.JSONField(default=dict)
+    access = models.JSONField(default=dict, help_text="Access context the steps run under.")
+    status = models.CharField(max_length=12, choices=InstanceStatus.choices,
+                              default=InstanceStatus.RUNNING)
+    reason = models.TextField(blank=True, default="")
+    next_ordinal = models.PositiveIntegerField(default=1)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "engine_instance"
+        indexes = [models.Index(fields=["status"], name="engine_instance_status")]
+        permissions = [
+            ("start_instance", "Can start workflow instances"),
+            ("operate_instance", "Can retry, cancel and resolve steps of instances"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Instance {self.pk} of {self.definition_id} ({self.status})"
+
+
+class TokenState(models.TextChoices):
+    READY = "ready", "Ready"
+    EXECUTING = "executing", "Executing"
+    WAITING = "waiting", "Waiting"
+    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class WaitKind(models.TextChoices):
+    TIMER = "timer", "Timer"
+    TRIGGER = "trigger", "Trigger message"
+    APPROVAL = "approval", "Human approval"
+    EXTERNAL = "external", "External worker"
+    POLL = "poll", "Pending provider (poll)"
+    RETRY = "retry", "Retry backoff"
+    JOIN = "join", "Parallel join"
+
+
+class Token(models.Model):
+    """A position of an instance at a node."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="tokens")
+    node_id = models.CharField(max_length=100)
+    ordinal = models.PositiveIntegerField(help_text="Durable step ordinal within the instance.")
+    state = models.CharField(max_length=16, choices=TokenState.choices)
+    attempt = models.PositiveIntegerField(default=0)
+    poll = models.PositiveIntegerField(default=0)
+    wait_kind = models.CharField(max_length=10, choices=WaitKind.choices, blank=True, default="")
+    wait_key = models.CharField(max_length=300, blank=True, default="")
+    not_before = models.DateTimeField(null=True, blank=True)
+    payload = models.JSONField(null=True, blank=True,
+                               help_text="Data delivered to a waiting token, merged on advance.")
+    operation_key = models.CharField(max_length=80, blank=True, default="")
+    idempotency_key = models.CharField(max_length=80, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "engine_token"
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "ordinal"], name="engine_token_ordinal"),
+        ]
+        indexes = [
+            models.Index(fields=["state", "not_before"], name="engine_token_due"),
+            models.Index(fields=["wait_kind", "wait_key"], name="engine_token_wait",
+                         condition=Q(state="waiting")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} #{self.ordinal} ({self.state})"
+
+
+class Timer(models.Model):
+    """A timer row with its own fence; the sweep fires it at its due time (database clock)."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="timers")
+    token = models.OneToOneField(Token, on_delete=models.CASCADE, related_name="timer")
+    due_at = models.DateTimeField()
+    state = models.CharField(max_length=10, default="scheduled")
+    fire_fence = models.BigIntegerField(default=0, help_text="Fence of the sweep that fired it.")
+    fired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "engine_timer"
+        indexes = [models.Index(fields=["state", "due_at"], name="engine_timer_due")]
+
+    def __str__(self) -> str:
+        return f"Timer {self.pk} due {self.due_at} ({self.state})"
+
+
+class TriggerDelivery(models.Model):
+    """A message delivered with a correlation key; deduplicated by its delivery id."""
+
+    delivery_id = models.CharField(max_length=200, unique=True)
+    message = models.CharField(max_length=200)
+    correlation = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict)
+    state = models.CharField(max_length=10, default="received")
+    token = models.ForeignKey(Token, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="deliveries")
+    consumer_fence = models.BigIntegerField(default=0)
+    received_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "engine_trigger_delivery"
+        indexes = [models.Index(fields=["message", "correlation", "state"],
+                                name="engine_delivery_match")]
+
+    def __str__(self) -> str:
+        return f"{self.message}:{self.correlation} ({self.state})"
+
+
+class Incident(models.Model):
+    """Something an operator must look at: a failed step, a blocked instance, a bad gate."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="incidents")
+    token = models.ForeignKey(Token, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")
+    kind = models.CharField(max_length=40)
+    message = models.TextField()
+    created_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "engine_incident"
+
+    def __str__(self) -> str:
+        return f"{self.kind} on instance {self.instance_id}"

@@ -1,0 +1,189 @@
+"""The provider registry: module actions that providers register from their own apps.
+
+Like ``AdminSite.register``: a registration is validated when it is made and fails
+loudly; duplicates are refused; once every app is ready the registry is frozen, so what a
+worker runs is exactly what ``manage.py check`` audited. Tests swap actions in and out
+with :meth:`ActionRegistry.override`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from django.apps import apps
+
+from recovery.api import RecoveryMode
+
+from .results import ActionContext, Result
+
+__all__ = [
+    "ActionDefinition",
+    "ActionRegistry",
+    "RegistryError",
+    "RegistryFrozen",
+    "VerificationCheck",
+    "registry",
+]
+
+NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+CHECK_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+class RegistryError(ValueError):
+    """A malformed or duplicate action registration."""
+
+
+class RegistryFrozen(RegistryError):
+    """An action was registered after all apps were ready."""
+
+
+@dataclass(frozen=True)
+class VerificationCheck:
+    """A step an operator follows to find out whether an uncertain effect happened.
+
+    ``automatic``, when given, is called with the :class:`ActionContext` and returns a
+    short finding shown beside the instruction; it never decides on its own.
+    """
+
+    id: str
+    instruction: str
+    automatic: Callable[[ActionContext], str] | None = None
+
+
+@dataclass(frozen=True)
+class ActionDefinition:
+    """One module action, as a provider declares it.
+
+    ``name`` is namespaced (``demo.register_application``) and persisted: never rename or
+    reuse one. ``execute`` returns a :class:`~govflow.engine.results.Result`; ``poll``
+    answers a pending provider; ``reconcile`` looks the effect up by idempotency key and
+    returns a conclusive result or :class:`~govflow.engine.results.Unknown`.
+    """
+
+    name: str
+    recovery_mode: str
+    title: str
+    input_schema: Mapping[str, Any]
+    preview: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    execute: Callable[[ActionContext], Result]
+    checks: tuple[VerificationCheck, ...] = ()
+    poll: Callable[[ActionContext], Result] | None = None
+    reconcile: Callable[[ActionContext], Result] | None = None
+    retry_budget: int = 3
+    retry_backoff: float = 2.0
+    module: str = field(default="", compare=False)
+
+    @property
+    def gated_by(self) -> str | None:
+        """The node field an action of this mode must pin, if any (invariant I6)."""
+        return {RecoveryMode.SNAPSHOT_RESTORE: "backup_ref",
+                RecoveryMode.IRREVERSIBLE: "approval_ref"}.get(self.recovery_mode)
+
+
+def validate_action(action: ActionDefinition) -> None:
+    where = f"Action {action.name!r}"
+    if not isinstance(action.name, str) or not NAME.match(action.name):
+        raise RegistryError(
+            f"Action name {action.name!r} must be namespaced lowercase words separated by "
+            "dots, e.g. 'permits.register_application'."
+        )
+    if action.recovery_mode not in RecoveryMode.values:
+        raise RegistryError(f"{where}: recovery_mode must be one of "
+                            f"{', '.join(RecoveryMode.values)}, not {action.recovery_mode!r}.")
+    if not action.title or not isinstance(action.title, str):
+        raise RegistryError(f"{where}: give it a title an operator can read.")
+    for attr in ("preview", "execute"):
+        if not callable(getattr(action, attr)):
+            raise RegistryError(f"{where}: {attr} must be callable.")
+    for attr in ("poll", "reconcile"):
+        value = getattr(action, attr)
+        if value is not None and not callable(value):
+            raise RegistryError(f"{where}: {attr} must be callable or None.")
+    if not isinstance(action.input_schema, Mapping):
+        raise RegistryError(f"{where}: input_schema must be a JSON Schema object.")
+    try:
+        jsonschema.Draft202012Validator.check_schema(action.input_schema)
+    except jsonschema.SchemaError as exc:
+        raise RegistryError(f"{where}: input_schema is not a valid JSON Schema: "
+                            f"{exc.message}") from None
+    seen: set[str] = set()
+    for check in action.checks:
+        if not isinstance(check, VerificationCheck) or not CHECK_ID.match(check.id):
+            raise RegistryError(f"{where}: each check is a VerificationCheck with an id of "
+                                "lowercase letters, digits, '-' or '_'.")
+        if check.id in seen:
+            raise RegistryError(f"{where}: check id {check.id!r} appears twice.")
+        if not check.instruction.strip():
+            raise RegistryError(f"{where}: check {check.id!r} needs an instruction.")
+        seen.add(check.id)
+    if action.recovery_mode != RecoveryMode.ATOMIC and not action.checks:
+        raise RegistryError(
+            f"{where}: a {action.recovery_mode} action needs at least one verification check, "
+            "so an operator can find out whether an uncertain effect happened."
+        )
+    if not isinstance(action.retry_budget, int) or not 0 <= action.retry_budget <= 100:
+        raise RegistryError(f"{where}: retry_budget must be an integer from 0 to 100.")
+    if not 0 < float(action.retry_backoff) <= 3600:
+        raise RegistryError(f"{where}: retry_backoff must be in (0, 3600] seconds.")
+
+
+class ActionRegistry:
+    def __init__(self) -> None:
+        self._actions: dict[str, ActionDefinition] = {}
+        self._lock = threading.Lock()
+        self._overriding = 0
+
+    def register(self, action: ActionDefinition) -> ActionDefinition:
+        """Validate and add ``action``; call it from your app's ``AppConfig.ready()``."""
+        validate_action(action)
+        with self._lock:
+            if apps.ready and not self._overriding:
+                raise RegistryFrozen(
+                    f"Action {action.name!r} was registered after all apps were ready. "
+                    "Register actions in your app's AppConfig.ready()."
+                )
+            existing = self._actions.get(action.name)
+            if existing is not None:
+                raise RegistryError(
+                    f"Action {action.name!r} is already registered"
+                    f" by {existing.module or 'another app'}. Action names are global and "
+                    "never reused: choose another namespace."
+                )
+            self._actions[action.name] = action
+        return action
+
+    def get(self, name: str) -> ActionDefinition | None:
+        return self._actions.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._actions
+
+    def all(self) -> list[ActionDefinition]:
+        return sorted(self._actions.values(), key=lambda a: a.name)
+
+    @contextlib.contextmanager
+    def override(self, *actions: ActionDefinition, remove: tuple[str, ...] = ()) -> Iterator[None]:
+        """Temporarily register ``actions`` and hide ``remove`` (for tests)."""
+        with self._lock:
+            saved = dict(self._actions)
+            self._overriding += 1
+        try:
+            for name in remove:
+                self._actions.pop(name, None)
+            for action in actions:
+                self._actions.pop(action.name, None)
+                self.register(action)
+            yield
+        finally:
+            with self._lock:
+                self._actions = saved
+                self._overriding -= 1
+
+
+registry = ActionRegistry()

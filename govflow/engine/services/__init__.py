@@ -1,0 +1,1 @@
+"""Engine write paths, one module per entity."""

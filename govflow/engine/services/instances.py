@@ -1,0 +1,156 @@
+"""Starting, cancelling and retrying instances."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+from django.db import transaction
+from django.db.models.functions import Now
+
+from recovery.api import (
+    CanonicalError,
+    LeaseHeld,
+    canonical_bytes,
+    lease_acquire,
+    lease_release,
+    lease_release_if_held,
+)
+
+from ..errors import EngineConflict, InvalidRequest, NotPermitted
+from ..models import Definition, Instance, InstanceStatus, Token, TokenState
+from ..queue import enqueue_advance
+from .definitions import spec_of, unresolved_reason
+from .routing import Router
+from .runtime import TERMINAL_STATUSES, Run, _load_run, instance_lease_key, worker_name
+
+__all__ = ["instance_cancel", "instance_start", "step_retry"]
+
+
+def _require(actor, perm: str, doing: str) -> None:
+    if actor is not None and not actor.has_perm(perm):
+        raise NotPermitted(f"{actor} may not {doing}: the permission {perm!r} is required.")
+
+
+def resolve_definition(key: str, version: int | None = None) -> Definition:
+    qs = Definition.objects.filter(key=key)
+    definition = (qs.filter(version=version) if version else qs.order_by("-version")).first()
+    if definition is None:
+        raise InvalidRequest(f"No published definition {key!r}"
+                             f"{f' version {version}' if version else ''}. Publish it first.")
+    return definition
+
+
+def instance_start(
+    *,
+    definition: Definition,
+    variables: dict[str, Any] | None = None,
+    tenant: str = "default",
+    actor=None,
+    access: dict[str, Any] | None = None,
+) -> Instance:
+    """Start an instance and enqueue its first run, in one commit.
+
+    Malformed variables, variables that violate the definition's ``variables`` schema and
+    definitions that no longer resolve are rejected before anything is recorded.
+    """
+    _require(actor, "engine.start_instance", "start instances")
+    variables = {} if variables is None else variables
+    if not isinstance(variables, dict):
+        raise InvalidRequest("Variables must be a JSON object mapping names to values.")
+    try:
+        canonical_bytes(variables)
+    except CanonicalError as exc:
+        raise InvalidRequest(f"Variables are malformed: {exc}") from None
+    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 100:
+        raise InvalidRequest("tenant must be a non-empty string of at most 100 characters.")
+    document_schema = spec_of(definition).document.get("variables")
+    if document_schema:
+        errors = list(jsonschema.Draft202012Validator(document_schema).iter_errors(variables))
+        if errors:
+            detail = "; ".join(f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}"
+                               for e in errors[:5])
+            raise InvalidRequest(f"Variables do not match {definition}: {detail}.")
+    reason = unresolved_reason(definition)
+    if reason:
+        raise InvalidRequest(f"{definition} cannot run here: {reason}")
+    access = dict(access or {})
+    if actor is not None:
+        access.setdefault("started_by", actor.pk)
+    with transaction.atomic():
+        instance = Instance.objects.create(
+            definition=definition, definition_fp=definition.fingerprint, tenant=tenant,
+            variables=variables, access=access, started_by=actor, created_at=Now(),
+            updated_at=Now(), next_ordinal=2,
+        )
+        Token.objects.create(instance=instance, node_id=spec_of(definition).start, ordinal=1,
+                             state=TokenState.READY, created_at=Now(), updated_at=Now())
+        enqueue_advance(instance.pk)
+    instance.refresh_from_db()
+    return instance
+
+
+class _Held:
+    """The instance lease for an operator's change, released on exit."""
+
+    def __init__(self, instance_id: int, actor) -> None:
+        self.instance_id = instance_id
+        self.holder = f"operator:{getattr(actor, 'pk', 'system')}:{worker_name()}"
+
+    def __enter__(self) -> Run:
+        try:
+            self.fence = lease_acquire(key=instance_lease_key(self.instance_id),
+                                       holder=self.holder, ttl=30)
+        except LeaseHeld:
+            raise EngineConflict("A worker is advancing this instance right now; try again in "
+                                 "a few seconds.") from None
+        run = _load_run(self.instance_id, self.fence)
+        if run is None:
+            lease_release(fence=self.fence)
+            raise InvalidRequest(f"No instance has id {self.instance_id}.")
+        return run
+
+    def __exit__(self, *exc) -> None:
+        lease_release_if_held(fence=self.fence)
+
+
+def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
+    """Cancel an instance: active tokens are cancelled; nothing external is undone."""
+    _require(actor, "engine.operate_instance", "cancel instances")
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidRequest("Say why the instance is cancelled.")
+    with _Held(instance_id, actor) as run:
+        if run.instance.status in TERMINAL_STATUSES:
+            raise EngineConflict(f"Instance {instance_id} is already {run.instance.status}.")
+        with transaction.atomic():
+            for token in list(run.active.values()):
+                run.update_token(token, token.state, state=TokenState.CANCELLED)
+                run.active.pop(token.pk)
+            run.flush(Router(run), status=InstanceStatus.CANCELLED,
+                      reason=f"Cancelled by {actor}: {reason}")
+    return Instance.objects.get(pk=instance_id)
+
+
+def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
+    """Deliberately retry a failed step (never an ``outcome_unknown`` one: invariant I3)."""
+    _require(actor, "engine.operate_instance", "retry steps")
+    with _Held(instance_id, actor) as run:
+        token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
+        if token is None:
+            raise InvalidRequest(f"Instance {instance_id} has no step {token_id}.")
+        if token.state == TokenState.OUTCOME_UNKNOWN:
+            raise EngineConflict(
+                "Retry is unavailable while the outcome is unknown: the effect may already "
+                "have happened. Record effect confirmed or effect absent with evidence first."
+            )
+        if token.state != TokenState.FAILED:
+            raise EngineConflict(f"Only a failed step can be retried; this one is {token.state}.")
+        with transaction.atomic():
+            run.update_token(token, TokenState.FAILED, state=TokenState.READY,
+                             attempt=token.attempt + 1, not_before=None, wait_kind="",
+                             reason=f"retry requested by {actor}")
+            run.active[token.pk] = token
+            run.flush(Router(run), status=InstanceStatus.RUNNING, reason="")
+            enqueue_advance(instance_id)
+    return Instance.objects.get(pk=instance_id)

@@ -1,0 +1,267 @@
+"""Running an instance: one worker, one lease, every step that can run now.
+
+The protocol (invariants I1-I10), at its one home:
+
+1. ``instance_run`` acquires the instance lease (fence + 1, expiry by database time). A
+   second delivery of the same task, or a second cluster, finds the lease held and leaves.
+2. Tokens left ``executing`` by a previous holder are rehydrated first: never dispatched
+   (no operation, or a ``prepared`` one) → ``ready`` with attempt + 1; dispatched →
+   ``outcome_unknown``. Nobody else can be mid-step: their fence is stale.
+3. Each ready token runs one step. Every write is conditional on the fence; a stale
+   holder's write changes nothing and raises ``StaleFence``, which ends the run.
+4. A non-atomic step is two commits: (a) token ``executing`` + ledger operation
+   ``dispatched`` — the dispatch boundary — then the provider call outside any
+   transaction; (b) the observation + token completion + next tokens + variables.
+5. An atomic step is one commit: the provider's writes share the engine's transaction.
+6. The lease is renewed between steps and released at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from recovery.api import (
+    Fence,
+    LeaseHeld,
+    OperationState,
+    StaleFence,
+    fenced_update,
+    lease_acquire,
+    lease_release_if_held,
+    lease_renew,
+    operation_observe,
+)
+from recovery.models import Operation
+
+from ..definitions import Spec
+from ..models import Incident, Instance, InstanceStatus, Token, TokenState
+from .definitions import spec_of, unresolved_reason
+from .routing import ACTIVE, Router, derive_status
+
+log = logging.getLogger("govflow.engine")
+
+TERMINAL_STATUSES = {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
+
+
+def lease_ttl() -> float:
+    return float(getattr(settings, "GOVFLOW_LEASE_TTL", 30))
+
+
+def max_steps() -> int:
+    return int(getattr(settings, "GOVFLOW_MAX_STEPS_PER_RUN", 500))
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def instance_lease_key(instance_id: int) -> str:
+    return f"instance:{instance_id}"
+
+
+@dataclass
+class RunReport:
+    instance_id: int
+    steps: int = 0
+    status: str = ""
+    skipped: str = ""
+    stale: bool = False
+    more: bool = False
+
+
+@dataclass
+class Run:
+    """The in-memory view of one instance while this worker holds its lease."""
+
+    instance: Instance
+    spec: Spec
+    fence: Fence
+    active: dict[int, Token] = field(default_factory=dict)
+    reached_end: bool = False
+    renewed_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return self.instance.variables
+
+    @staticmethod
+    def now_expr():
+        return Now()
+
+    def renew_if_due(self) -> None:
+        if time.monotonic() - self.renewed_at > lease_ttl() / 3:
+            lease_renew(fence=self.fence, ttl=lease_ttl())
+            self.renewed_at = time.monotonic()
+
+    # -- writes (inside the caller's transaction) --------------------------------------
+
+    def update_token(self, token: Token, expected: str, **values: Any) -> None:
+        """Conditional write: token still ``expected`` and the fence still live."""
+        values.setdefault("updated_at", Now())
+        count = fenced_update(Token.objects.filter(pk=token.pk, state=expected),
+                              fence=self.fence, **values)
+        if count != 1:
+            from ..errors import EngineConflict
+
+            raise EngineConflict(f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
+                                 f"{expected}; someone else changed it. Nothing was changed.")
+        for name, value in values.items():
+            if name != "updated_at":
+                setattr(token, name, value)
+
+    def flush(self, router: Router, *, status: str | None = None, reason: str = "") -> None:
+        """Write what the router collected and the instance row, on the fence."""
+        pending = router.pending
+        if pending.completed_joins:
+            fenced_update(Token.objects.filter(pk__in=pending.completed_joins,
+                                               state=TokenState.WAITING),
+                          fence=self.fence, state=TokenState.COMPLETED, updated_at=Now())
+            for pk in pending.completed_joins:
+                self.active.pop(pk, None)
+        if pending.tokens:
+            created = Token.objects.bulk_create(pending.tokens)
+            for token in created:
+                self.active[token.pk] = token
+        if pending.timers:
+            from ..models import Timer
+
+            Timer.objects.bulk_create(
+                Timer(instance_id=self.instance.pk, token_id=token.pk, due_at=due)
+                for token, due in pending.timers
+            )
+        for token, delivery in pending.deliveries:
+            from .triggers import consume_buffered
+
+            consume_buffered(self, token, delivery)
+        new_status = status or derive_status(self.active.values())
+        values: dict[str, Any] = {
+            "variables": self.instance.variables, "next_ordinal": self.instance.next_ordinal,
+            "status": new_status, "updated_at": Now(),
+        }
+        if status is not None or new_status != self.instance.status:
+            values["reason"] = reason
+        if new_status == InstanceStatus.COMPLETED:
+            values["completed_at"] = Now()
+        fenced_update(Instance.objects.filter(pk=self.instance.pk), fence=self.fence, **values)
+        self.instance.status = new_status
+        router.pending = type(pending)()
+
+    def incident(self, token: Token | None, kind: str, message: str) -> None:
+        Incident.objects.create(instance_id=self.instance.pk, token=token, kind=kind,
+                                message=message, created_at=Now())
+
+
+def _load_run(instance_id: int, fence: Fence) -> Run | None:
+    instance = Instance.objects.select_related("definition").filter(pk=instance_id).first()
+    if instance is None:
+        return None
+    spec = spec_of(instance.definition)
+    run = Run(instance=instance, spec=spec, fence=fence)
+    for token in Token.objects.filter(instance_id=instance_id, state__in=ACTIVE):
+        run.active[token.pk] = token
+    return run
+
+
+def block(run: Run, token: Token | None, kind: str, message: str) -> None:
+    """Stop the instance for an operator, with a clear reason, on the fence."""
+    with transaction.atomic():
+        run.incident(token, kind, message)
+        run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
+    log.warning("instance %s blocked: %s", run.instance.pk, message)
+
+
+def rehydrate(run: Run) -> None:
+    """Resolve tokens a previous holder left ``executing`` (invariant I10)."""
+    for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
+        operation = (Operation.objects.filter(key=token.operation_key).first()
+                     if token.operation_key else None)
+        with transaction.atomic():
+            if operation is None or operation.state == OperationState.PREPARED:
+                # Never crossed the dispatch boundary: no effect can have happened.
+                run.update_token(token, TokenState.EXECUTING, state=TokenState.READY,
+                                 attempt=token.attempt + 1, operation_key="",
+                                 reason="resumed after a worker stopped before dispatch")
+                run.flush(Router(run))
+            elif operation.state == OperationState.DISPATCHED:
+                operation_observe(key=operation.key, state=OperationState.OUTCOME_UNKNOWN,
+                                  fence=run.fence)
+                message = ("The worker stopped after dispatching this action and before "
+                           "recording its outcome. The effect may or may not have happened: "
+                           "an operator must record effect confirmed or effect absent.")
+                run.update_token(token, TokenState.EXECUTING,
+                                 state=TokenState.OUTCOME_UNKNOWN, reason=message)
+                run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
+            else:
+                from .steps import settle_from_operation
+
+                settle_from_operation(run, token, operation)
+
+
+def next_runnable(run: Run) -> Token | None:
+    return (Token.objects.filter(instance_id=run.instance.pk, state=TokenState.READY)
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now()))
+            .order_by("ordinal").first())
+
+
+def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
+    """Advance one instance as far as it can go now. Safe to call any number of times."""
+    from .steps import run_token
+
+    report = RunReport(instance_id)
+    worker = worker or worker_name()
+    try:
+        fence = lease_acquire(key=instance_lease_key(instance_id), holder=worker,
+                              ttl=lease_ttl())
+    except LeaseHeld:
+        report.skipped = "lease held by another worker"
+        log.info("instance %s: %s; leaving it to them", instance_id, report.skipped)
+        return report
+    try:
+        run = _load_run(instance_id, fence)
+        if run is None:
+            report.skipped = "no such instance"
+            return report
+        report.status = run.instance.status
+        if run.instance.status in TERMINAL_STATUSES:
+            return report
+        reason = unresolved_reason(run.instance.definition)
+        if reason:
+            if run.instance.reason != reason:
+                block(run, None, "definition_unresolved",
+                      f"The definition no longer resolves here: {reason}")
+            report.status = InstanceStatus.BLOCKED
+            return report
+        rehydrate(run)
+        while report.steps < max_steps():
+            if run.instance.status in TERMINAL_STATUSES:
+                break
+            token = next_runnable(run)
+            if token is None:
+                break
+            run_token(run, token)
+            report.steps += 1
+            run.renew_if_due()
+        else:
+            report.more = True
+            from ..queue import enqueue_advance
+
+            enqueue_advance(instance_id)
+        report.status = run.instance.status
+    except StaleFence as exc:
+        report.stale = True
+        log.warning("instance %s: lease lost mid-run (%s); the new holder carries on",
+                    instance_id, exc)
+    finally:
+        lease_release_if_held(fence=fence)
+    return report

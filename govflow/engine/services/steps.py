@@ -1,0 +1,312 @@
+"""One step of one token: wait nodes that were released, and module actions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models.functions import Now
+
+from recovery.api import (
+    CanonicalError,
+    ChainBroken,
+    FingerprintKind,
+    OperationState,
+    RecoveryMode,
+    canonical_bytes,
+    fingerprint_value,
+    idempotency_key,
+    incident_open,
+    operation_key,
+    operation_observe,
+    operation_record,
+)
+from recovery.models import Operation
+from recovery.subjects import Subject
+
+from ..models import InstanceStatus, Token, TokenState, WaitKind
+from ..registry import ActionDefinition, registry
+from ..results import ActionContext, Failed, Pending, Succeeded, Unknown
+from ..variables import MissingVariable, apply_output, build_input
+from .routing import RouteError, Router, after_seconds
+from .runtime import Run, block
+
+log = logging.getLogger("govflow.engine")
+
+SUBJECT_TYPE = "govflow.instance"
+
+
+class StepRejected(Exception):
+    """The step cannot be dispatched; nothing was recorded. The message says what to fix."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+def subject_of(run: Run) -> Subject:
+    return Subject(SUBJECT_TYPE, str(run.instance.pk))
+
+
+def run_token(run: Run, token: Token) -> None:
+    node = run.spec.nodes[token.node_id]
+    try:
+        if node["type"] == "action":
+            run_action(run, token, node)
+        else:
+            complete_wait(run, token, node)
+    except RouteError as exc:
+        block(run, token, "route", f"The workflow cannot continue: {exc}.")
+
+
+def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> None:
+    """A released wait (timer fired, message delivered, approval given) moves on."""
+    with transaction.atomic():
+        if token.payload is not None or node["type"] != "timer":
+            apply_output(run.variables, token.node_id, node.get("output"), token.payload)
+        run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
+        run.active.pop(token.pk, None)
+        router = Router(run)
+        router.leave(token.node_id)
+        run.flush(router)
+
+
+def access_context(run: Run) -> dict[str, Any]:
+    """The access context a step runs under, revalidated before every dispatch."""
+    access = dict(run.instance.access or {})
+    access["tenant"] = run.instance.tenant
+    user_id = access.get("started_by")
+    if user_id is not None:
+        user = get_user_model().objects.filter(pk=user_id).only("is_active").first()
+        if user is None or not user.is_active:
+            raise StepRejected("access_revoked",
+                               f"The user who started this instance (id {user_id}) is no "
+                               "longer active, so its steps no longer have authority. An "
+                               "operator may cancel the instance or start it again.")
+    return access
+
+
+def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefinition):
+    """Everything before the dispatch boundary; raises StepRejected (nothing recorded)."""
+    if action.gated_by and not str(node.get(action.gated_by) or "").strip():
+        raise StepRejected("gate", f"Action {action.name} is {action.recovery_mode} and the "
+                                   f"node pins no '{action.gated_by}'; it was not dispatched.")
+    try:
+        input_value = build_input(node.get("input", {}), run.variables)
+    except MissingVariable as exc:
+        raise StepRejected("input", f"Step '{token.node_id}' needs {exc}. Set it (or fix "
+                                    "the definition's input mapping); nothing was "
+                                    "dispatched.") from None
+    errors = sorted(jsonschema.Draft202012Validator(action.input_schema).iter_errors(
+        input_value), key=lambda e: list(e.path))
+    if errors:
+        detail = "; ".join(f"{'.'.join(map(str, e.path)) or '(input)'}: {e.message}"
+                           for e in errors[:5])
+        raise StepRejected("input", f"The input of step '{token.node_id}' violates the "
+                                    f"schema of {action.name}: {detail}. Nothing was dispatched.")
+    try:
+        canonical_bytes(input_value)
+        preview = action.preview(input_value)
+        canonical_bytes(preview)
+    except CanonicalError as exc:
+        raise StepRejected("input", f"Step '{token.node_id}': {exc}") from None
+    return input_value, preview, access_context(run)
+
+
+def context_for(run, token, node, action, input_value, access, idem, phase) -> ActionContext:
+    return ActionContext(
+        action=action.name, input=input_value, idempotency_key=idem, tenant=run.instance.tenant,
+        access=access, instance_id=run.instance.pk, step_id=token.node_id,
+        attempt=token.attempt, poll=token.poll, phase=phase,
+        backup_ref=node.get("backup_ref"), approval_ref=node.get("approval_ref"),
+    )
+
+
+def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
+    action = registry.get(node["action"])
+    if action is None:
+        block(run, token, "action_missing",
+              f"No installed provider registers {node['action']}; install its module.")
+        return
+    try:
+        input_value, preview, access = prepare(run, token, node, action)
+    except StepRejected as exc:
+        block(run, token, exc.kind, str(exc))
+        return
+    definition_fp = run.instance.definition_fp
+    input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
+    if token.idempotency_key:
+        previous = Operation.objects.filter(key=token.operation_key).values_list(
+            "input_fp", flat=True).first()
+        if previous is not None and previous != input_fp:
+            block(run, token, "input_changed",
+                  f"The input of step '{token.node_id}' changed since its first attempt; "
+                  "retrying it would be a different effect. Cancel the instance or restore "
+                  "the variables.")
+            return
+        idem = token.idempotency_key
+    else:
+        idem = idempotency_key(definition_fp=definition_fp, step_id=token.node_id,
+                               action=action.name, input_fp=input_fp,
+                               nonce=f"{run.instance.pk}:{token.ordinal}")
+    nonce = f"{run.instance.pk}:{token.ordinal}:{token.attempt}:{token.poll}"
+    record = dict(
+        subject=subject_of(run), step_id=token.node_id, action=action.name,
+        recovery_mode=action.recovery_mode, definition_fp=definition_fp, input_fp=input_fp,
+        preview_fp=fingerprint_value(FingerprintKind.PREVIEW, preview),
+        access_fp=fingerprint_value(FingerprintKind.ACCESS_CONTEXT, access),
+        idempotency_fp=fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY, idem),
+        nonce=nonce, ordinal=token.attempt + token.poll, fence=run.fence,
+    )
+    key = operation_key(definition_fp=definition_fp, step_id=token.node_id,
+                        action=action.name, input_fp=input_fp, nonce=nonce)
+    phase = "poll" if token.poll else "execute"
+    context = context_for(run, token, node, action, input_value, access, idem, phase)
+    if action.recovery_mode == RecoveryMode.ATOMIC:
+        run_atomic(run, token, node, action, record, key, idem, context)
+    else:
+        run_non_atomic(run, token, node, action, record, key, idem, context)
+
+
+def _call(action: ActionDefinition, context: ActionContext):
+    fn = action.poll if context.phase == "poll" and action.poll else action.execute
+    return fn(context)
+
+
+def run_non_atomic(run, token, node, action, record, key, idem, context) -> None:
+    # Commit 1: the dispatch boundary. Nothing is called before it commits.
+    with transaction.atomic():
+        run.update_token(token, TokenState.READY, state=TokenState.EXECUTING,
+                         operation_key=key, idempotency_key=idem, not_before=None,
+                         wait_kind="")
+        operation_record(**record)
+    try:
+        result = _call(action, context)
+    except Exception as exc:  # the effect may have happened: never guess
+        log.warning("action %s raised after dispatch (%s): outcome unknown", action.name,
+                    type(exc).__name__)
+        result = Unknown(f"the provider raised {type(exc).__name__} after dispatch")
+    settle(run, token, node, action, key, result)
+
+
+def run_atomic(run, token, node, action, record, key, idem, context) -> None:
+    failure: Any = None
+    try:
+        with transaction.atomic():
+            operation_record(**record)
+            result = action.execute(context)
+            if not isinstance(result, Succeeded):
+                failure = result
+                raise _RollBack
+            _succeed(run, token, node, key, result, expected=TokenState.READY,
+                     extra={"operation_key": key, "idempotency_key": idem})
+        return
+    except _RollBack:
+        pass
+    except ChainBroken as exc:
+        _chain_broken(run, token, exc)
+        return
+    except Exception as exc:  # rolled back: nothing happened, so it is retryable
+        log.warning("atomic action %s raised %s; rolled back", action.name,
+                    type(exc).__name__)
+        failure = Failed(f"raised {type(exc).__name__}; rolled back", permanent=False)
+    if not isinstance(failure, Failed):
+        failure = Failed(f"an atomic action must succeed or fail, not return "
+                         f"{type(failure).__name__}; rolled back", permanent=False)
+    _retry_or_fail(run, token, action, failure, expected=TokenState.READY, operation=None)
+
+
+class _RollBack(Exception):
+    pass
+
+
+def settle(run, token, node, action, key, result) -> None:
+    """Commit 2 of a non-atomic step: the observation and the projection together."""
+    try:
+        if isinstance(result, Succeeded):
+            try:
+                canonical_bytes(dict(result.output))
+            except (CanonicalError, TypeError, ValueError):
+                result = Unknown("the provider reported success with an output that is not "
+                                 "JSON")
+        with transaction.atomic():
+            if isinstance(result, Succeeded):
+                _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
+            elif isinstance(result, Failed):
+                _retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING,
+                               operation=key)
+            elif isinstance(result, Pending):
+                operation_observe(key=key, state=OperationState.PENDING, fence=run.fence)
+                run.update_token(token, TokenState.EXECUTING, state=TokenState.READY,
+                                 poll=token.poll + 1, wait_kind=WaitKind.POLL,
+                                 not_before=after_seconds(max(0.0, float(result.poll_after))),
+                                 reason="the provider is working on it; polling again later")
+                run.flush(Router(run), status=InstanceStatus.WAITING)
+            else:
+                reason = result.reason if isinstance(result, Unknown) else (
+                    f"the provider returned {type(result).__name__}, not a result")
+                _unknown(run, token, key, reason)
+    except ChainBroken as exc:
+        _chain_broken(run, token, exc)
+
+
+def _succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=None) -> None:
+    output = dict(result.output)
+    operation_observe(key=key, state=OperationState.SUCCEEDED, fence=run.fence, result=output)
+    apply_output(run.variables, token.node_id, node.get("output"), output)
+    run.update_token(token, expected, state=TokenState.COMPLETED, reason="", **(extra or {}))
+    run.active.pop(token.pk, None)
+    router = Router(run)
+    router.leave(token.node_id)
+    run.flush(router)
+
+
+def _unknown(run, token, key, reason: str) -> None:
+    operation_observe(key=key, state=OperationState.OUTCOME_UNKNOWN, fence=run.fence)
+    message = (f"Outcome unknown: {reason}. The effect may or may not have happened; an "
+               "operator must record effect confirmed or effect absent with evidence.")
+    run.update_token(token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN,
+                     reason=message[:2000])
+    run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message[:2000])
+
+
+def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) -> None:
+    with transaction.atomic():
+        if operation is not None:
+            operation_observe(key=operation, state=OperationState.FAILED, fence=run.fence,
+                              result={"permanent": failure.permanent})
+        reason = str(failure.reason)[:500]
+        if not failure.permanent and token.attempt < action.retry_budget:
+            delay = action.retry_backoff * (2 ** token.attempt)
+            run.update_token(token, expected, state=TokenState.READY, attempt=token.attempt + 1,
+                             wait_kind=WaitKind.RETRY, not_before=after_seconds(delay),
+                             reason=f"transient failure ({reason}); retry in {delay:g} s")
+            run.flush(Router(run))
+            return
+        why = "permanent failure" if failure.permanent else (
+            f"retry budget of {action.retry_budget} exhausted")
+        message = f"Step '{token.node_id}' failed ({why}): {reason}"
+        run.update_token(token, expected, state=TokenState.FAILED, reason=message)
+        run.active.pop(token.pk, None)
+        run.incident(token, "step_failed", message)
+        run.flush(Router(run), status=InstanceStatus.FAILED, reason=message)
+
+
+def _chain_broken(run, token, exc: ChainBroken) -> None:
+    incident_open(verification=exc.result)
+    block(run, token, "integrity", str(exc))
+
+
+def settle_from_operation(run, token, operation) -> None:
+    """A token left executing whose operation already ended (should not happen): block."""
+    block(run, token, "inconsistent",
+          f"Step '{token.node_id}' was left executing while its operation {operation.key} "
+          f"is {operation.state}. An operator must look at it before anything moves on.")
+
+
+__all__ = ["SUBJECT_TYPE", "StepRejected", "run_token", "settle_from_operation", "subject_of"]
+_ = Now

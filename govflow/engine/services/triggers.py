@@ -1,0 +1,109 @@
+"""Trigger messages: deduplicated by delivery id, consumed under their own fence."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
+
+from recovery.api import (
+    CanonicalError,
+    LeaseHeld,
+    canonical_bytes,
+    fenced_update,
+    lease_acquire,
+    lease_release_if_held,
+)
+
+from ..errors import EngineConflict, InvalidRequest
+from ..models import Token, TokenState, TriggerDelivery, WaitKind
+from ..queue import enqueue_advance
+from .runtime import worker_name
+
+__all__ = ["consume_buffered", "delivery_consume", "trigger_deliver"]
+
+
+def trigger_deliver(
+    *, message: str, correlation: str, delivery_id: str, payload: dict[str, Any] | None = None
+) -> TriggerDelivery:
+    """Record a message and hand it to the instance waiting for it (or keep it buffered).
+
+    Delivering the same ``delivery_id`` again is a no-op that returns the first delivery;
+    the same id with different content is refused.
+    """
+    payload = {} if payload is None else payload
+    for name, value in (("message", message), ("correlation", correlation),
+                        ("delivery_id", delivery_id)):
+        if not isinstance(value, str) or not value.strip() or len(value) > 200:
+            raise InvalidRequest(f"{name} must be a non-empty string of at most 200 characters.")
+    if not isinstance(payload, dict):
+        raise InvalidRequest("payload must be a JSON object.")
+    try:
+        body = canonical_bytes(payload)
+    except CanonicalError as exc:
+        raise InvalidRequest(f"payload is malformed: {exc}") from None
+    try:
+        with transaction.atomic():
+            delivery = TriggerDelivery.objects.create(
+                delivery_id=delivery_id, message=message, correlation=correlation,
+                payload=payload, received_at=Now(),
+            )
+    except IntegrityError:
+        delivery = TriggerDelivery.objects.get(delivery_id=delivery_id)
+        same = (delivery.message, delivery.correlation,
+                canonical_bytes(delivery.payload)) == (message, correlation, body)
+        if not same:
+            raise EngineConflict(
+                f"Delivery id {delivery_id!r} was already used for a different message. "
+                "Delivery ids identify one message; use a new id for a new message."
+            ) from None
+        return delivery
+    delivery_consume(delivery_id=delivery.pk)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def delivery_consume(*, delivery_id: int) -> bool:
+    """Hand a received delivery to its waiting token, under the delivery's own lease."""
+    try:
+        fence = lease_acquire(key=f"trigger:{delivery_id}", holder=worker_name(), ttl=30)
+    except LeaseHeld:
+        return False
+    try:
+        delivery = TriggerDelivery.objects.get(pk=delivery_id)
+        if delivery.state != "received":
+            return False
+        wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
+        token = (Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER,
+                                      wait_key=wait_key).order_by("created_at", "pk").first())
+        if token is None:
+            return False  # buffered until an instance waits for it
+        with transaction.atomic():
+            moved = fenced_update(Token.objects.filter(pk=token.pk, state=TokenState.WAITING),
+                                  fence=fence, state=TokenState.READY, payload=delivery.payload,
+                                  updated_at=Now())
+            if moved != 1:
+                return False
+            taken = fenced_update(
+                TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+                fence=fence, state="consumed", token_id=token.pk, consumer_fence=fence.fence,
+                consumed_at=Now())
+            if taken != 1:
+                transaction.set_rollback(True)
+                return False
+            enqueue_advance(token.instance_id)
+        return True
+    finally:
+        lease_release_if_held(fence=fence)
+
+
+def consume_buffered(run, token: Token, delivery: TriggerDelivery) -> None:
+    """A token that starts waiting takes a message that arrived before it (instance fence)."""
+    taken = fenced_update(TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+                          fence=run.fence, state="consumed", token_id=token.pk,
+                          consumer_fence=run.fence.fence, consumed_at=Now())
+    if taken == 1:
+        run.update_token(token, TokenState.WAITING, state=TokenState.READY,
+                         payload=json.loads(json.dumps(delivery.payload)))

@@ -1,0 +1,1 @@
+"""A test provider app whose actions tests can steer (in-process and across processes)."""

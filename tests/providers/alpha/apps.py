@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class AlphaConfig(AppConfig):
+    name = "tests.providers.alpha"
+    label = "alpha"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from govflow.engine import provider
+
+        from .actions import ALL
+
+        for action in ALL:
+            provider.register(action)

@@ -1,0 +1,84 @@
+"""An external effect store outside the engine's database transaction (a separate SQLite
+file), plus switches tests use to steer the actions, in-process or through files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+# In-process steering: action name -> list of scripted outcomes (consumed in order).
+SCRIPT: dict[str, list] = {}
+
+
+def store_path() -> Path:
+    return Path(os.environ.get("ALPHA_STORE") or getattr(settings, "ALPHA_STORE", "")
+                or Path(settings.VAR_DIR) / "alpha-effects.sqlite3")
+
+
+def _connect() -> sqlite3.Connection:
+    path = store_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, action TEXT, "
+                 "data TEXT, calls INTEGER DEFAULT 1)")
+    conn.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT, action TEXT, phase TEXT)")
+    return conn
+
+
+def apply_effect(key: str, action: str, data: dict) -> bool:
+    """Do the effect once per idempotency key; a duplicate is harmless. True if new."""
+    with _connect() as conn:
+        conn.execute("INSERT INTO calls VALUES (?, ?, 'execute')", (key, action))
+        cur = conn.execute("INSERT OR IGNORE INTO effects (key, action, data) VALUES (?, ?, ?)",
+                           (key, action, json.dumps(data, sort_keys=True)))
+        if cur.rowcount == 0:
+            conn.execute("UPDATE effects SET calls = calls + 1 WHERE key = ?", (key,))
+            return False
+        return True
+
+
+def effect_exists(key: str) -> bool:
+    with _connect() as conn:
+        return conn.execute("SELECT 1 FROM effects WHERE key = ?", (key,)).fetchone() is not None
+
+
+def effects(action: str | None = None) -> list[tuple[str, str, int]]:
+    with _connect() as conn:
+        sql = "SELECT key, action, calls FROM effects"
+        rows = conn.execute(sql + (" WHERE action = ?" if action else ""),
+                            (action,) if action else ()).fetchall()
+    return rows
+
+
+def call_count(action: str | None = None) -> int:
+    with _connect() as conn:
+        sql = "SELECT COUNT(*) FROM calls" + (" WHERE action = ?" if action else "")
+        return conn.execute(sql, (action,) if action else ()).fetchone()[0]
+
+
+def reset() -> None:
+    path = store_path()
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    SCRIPT.clear()
+
+
+def pause_point(name: str) -> None:
+    """Block while the file ``$ALPHA_PAUSE_DIR/<name>`` exists (cross-process steering).
+
+    Writes ``<name>.reached`` first so a test knows the worker is parked right here.
+    """
+    folder = os.environ.get("ALPHA_PAUSE_DIR")
+    if not folder:
+        return
+    flag = Path(folder) / name
+    if flag.exists():
+        (Path(folder) / f"{name}.reached").write_text(str(os.getpid()))
+        while flag.exists():
+            time.sleep(0.05)
