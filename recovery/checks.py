@@ -25,10 +25,11 @@ def check_chain_keys_deploy(app_configs, **kwargs):
         return []  # reported by recovery.E001
     if keys.active_id == "dev":
         return [
-            checks.Warning(
+            checks.Error(
                 "The checkpoint chain uses a key derived from SECRET_KEY (development mode).",
-                hint="Set RECOVERY_CHAIN_KEYS to 'id:64-hex-chars' from a secret store.",
-                id="recovery.W001",
+                hint="Set GOVFLOW_CHAIN_KEYS (the RECOVERY_CHAIN_KEYS setting) to "
+                     "'id:64-hex-chars' from a secret store.",
+                id="recovery.E002",
             )
         ]
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import filetype
 from django.conf import settings
+from django.core.exceptions import SuspiciousFileOperation
 from django.core.files.base import ContentFile
 from django.utils.text import get_valid_filename
 
@@ -46,7 +47,10 @@ def max_bytes() -> int:
 def sanitise_name(name: str) -> str:
     base = os.path.basename((name or "").replace("\\", "/")).strip()
     stem, ext = os.path.splitext(base)
-    clean = get_valid_filename(stem[:100]) if stem.strip(". ") else "evidence"
+    try:
+        clean = get_valid_filename(stem[:100]) if stem.strip(". ") else "evidence"
+    except SuspiciousFileOperation:
+        clean = "evidence"
     return f"{clean}{ext.lower()[:10]}"
 
 

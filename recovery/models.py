@@ -165,8 +165,13 @@ class Decision(models.Model):
             ),
             models.UniqueConstraint(
                 fields=["operation"],
-                condition=Q(state__in=["requested", "approved"]),
-                name="recovery_one_live_decision_per_operation",
+                condition=Q(state="requested"),
+                name="recovery_one_open_request_per_operation",
+            ),
+            models.UniqueConstraint(
+                fields=["operation"],
+                condition=Q(state="approved") & ~Q(kind="cancel"),
+                name="recovery_one_approved_effect_decision",
             ),
         ]
 

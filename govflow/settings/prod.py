@@ -13,7 +13,7 @@ from .base import database_from_env
 
 
 def _required(name: str) -> str:
-    value = os.environ.get(name, "")
+    value = os.environ.get(name, "").strip()
     if not value:
         raise ImproperlyConfigured(
             f"{name} is not set. Production settings read it from the environment; "
@@ -24,7 +24,7 @@ def _required(name: str) -> str:
 
 DEBUG = False
 SECRET_KEY = _required("DJANGO_SECRET_KEY")
-ALLOWED_HOSTS = _required("DJANGO_ALLOWED_HOSTS").split(",")
+ALLOWED_HOSTS = [h.strip() for h in _required("DJANGO_ALLOWED_HOSTS").split(",") if h.strip()]
 DATABASES = {"default": database_from_env(_required("DATABASE_URL"))}
 RECOVERY_CHAIN_KEYS = _required("GOVFLOW_CHAIN_KEYS")
 

@@ -111,8 +111,8 @@ def decision_request(
                              })
     except IntegrityError as exc:
         raise DecisionConflict(
-            f"Operation {operation_key} already has a decision awaiting approval or approved. "
-            "Approve or reject that one first."
+            f"Operation {operation_key} already has a decision awaiting approval. Approve or "
+            "reject that one first."
         ) from exc
     decision.refresh_from_db()
     return decision
@@ -162,7 +162,7 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
                              {"operation": operation.key, **extra})
             else:
                 transition(cursor, row, target, head=head, kind="decision.approved",
-                           fact_extra=extra)
+                           fact_extra=extra, result_fp=row["result_fp"])
     decision.refresh_from_db()
     return decision
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import Exists, QuerySet
-from django.db.models.functions import Now
+from django.db.models import BooleanField, QuerySet
+from django.db.models.expressions import RawSQL
 
 from ..db import dialect
 from ..errors import LeaseHeld, RecoveryValidationError, StaleFence
@@ -150,17 +150,15 @@ def lease_release_if_held(*, fence: Fence) -> bool:
 def fenced_update(queryset: QuerySet, *, fence: Fence, **values: object) -> int:
     """Run ``queryset.update(**values)`` only while ``fence`` is the live lease.
 
-    The fence check is part of the UPDATE's own WHERE clause, so it is one conditional
-    write. Raises :class:`StaleFence` (changing nothing) when the fence is stale; returns
-    the number of rows updated otherwise (which may be 0 if the queryset matches nothing).
+    The fence check (:func:`fence_condition`, the same one the ledger's own writes use) is
+    part of the UPDATE's own WHERE clause, so it is one conditional write. Raises
+    :class:`StaleFence` (changing nothing) when the fence is stale; returns the number of
+    rows updated otherwise (which may be 0 if the queryset matches nothing).
     """
-    live = Lease.objects.filter(
-        key=fence.key, holder=fence.holder, fence=fence.fence, expires_at__gt=Now()
-    )
-    if connection.vendor == "postgresql":
-        live = live.select_for_update(no_key=True)
+    sql, params = fence_condition(fence)
+    live = RawSQL(sql, params, output_field=BooleanField())
     with transaction.atomic():
-        count = queryset.filter(Exists(live)).update(**values)
-        if count == 0 and not live.exists():
+        count = queryset.filter(live).update(**values)
+        if count == 0 and not Lease.objects.filter(live).exists():
             raise _stale(fence, "write")
     return count

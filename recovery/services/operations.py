@@ -56,7 +56,7 @@ _OP = Operation._meta.db_table
 _INC = IntegrityIncident._meta.db_table
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _ROW = ("id", "key", "subject_type", "subject_id", "state", "revision", "result_fp", "fence",
-        "chain_seq", "input_fp")
+        "lease_key", "chain_seq", "input_fp")
 
 
 @dataclass(frozen=True)
@@ -231,6 +231,13 @@ def transition(
     """
     subject = Subject(row["subject_type"], row["subject_id"])
     target = str(target)
+    if not can_transition(row["state"], target):
+        raise InvalidTransition(
+            f"Operation {row['key']} is {row['state']}; it cannot become {target}. "
+            f"Allowed next states: {', '.join(sorted(_next(row['state']))) or 'none'}."
+        )
+    if fence is not None:
+        _require_own_lease(row, fence)
     d = dialect()
     seq = head.seq + 1
     revision = row["revision"] + 1
@@ -259,6 +266,26 @@ def transition(
                              chain_seq=seq, result_fp=result_fp)
 
 
+def _require_own_lease(row: dict[str, Any], fence: Fence) -> None:
+    if fence.key != row["lease_key"]:
+        raise StaleFence(
+            f"Operation {row['key']} is guarded by lease {row['lease_key']!r}, not "
+            f"{fence.key!r}; a fence proves authority over its own resource only."
+        )
+
+
+def _require_live(cursor, row: dict[str, Any], fence: Fence) -> None:
+    """An idempotent repeat writes nothing, but a stale holder still gets its error."""
+    _require_own_lease(row, fence)
+    sql, params = fence_condition(fence)
+    cursor.execute(f"SELECT {sql}", params)
+    if not cursor.fetchone()[0]:
+        raise StaleFence(
+            f"{fence} is no longer the live lease; nothing was changed for operation "
+            f"{row['key']}."
+        )
+
+
 def _why_not(cursor, row, target, fence, subject) -> Exception:
     """Explain a conditional write that matched no row (failure path only)."""
     if target in SUCCESS and IntegrityIncident.objects.filter(
@@ -266,7 +293,8 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
     ).exists():
         return IntegrityIncidentOpen(
             f"{subject} has an open integrity incident; no success can be committed until "
-            "it is resolved by re-verification (recovery_verify, or the incident's page)."
+            "it is resolved by re-verification (manage.py recovery_verify --subject "
+            f"{subject} --resolve, once the cause is repaired)."
         )
     current = _load(cursor, row["key"])
     if (current["state"], current["revision"]) != (row["state"], row["revision"]):
@@ -317,6 +345,7 @@ def operation_observe(
         subject = Subject(row["subject_type"], row["subject_id"])
         _check_input(row, input_fp)
         if not _check_target(row, state, result_fp):
+            _require_live(cursor, row, fence)
             return RecordedOperation(
                 key=key, subject=subject, state=row["state"], revision=row["revision"],
                 chain_seq=row["chain_seq"], result_fp=row["result_fp"], changed=False,
@@ -394,6 +423,7 @@ def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
     with transaction.atomic(), connection.cursor() as cursor:
         row = _load(cursor, key)
         if not _check_target(row, S.DISPATCHED, ""):
+            _require_live(cursor, row, fence)
             return RecordedOperation(
                 key=key, subject=Subject(row["subject_type"], row["subject_id"]),
                 state=row["state"], revision=row["revision"], chain_seq=row["chain_seq"],

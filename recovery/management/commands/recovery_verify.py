@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from recovery.errors import RecoveryValidationError
-from recovery.models import Checkpoint, Operation
-from recovery.services.incidents import subject_verify
+from recovery.models import Checkpoint, IntegrityIncident, Operation
+from recovery.services.incidents import incident_reverify, subject_verify
 from recovery.subjects import Subject
 
 
@@ -19,10 +19,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--subject", help="verify one subject only, written type:id")
+        parser.add_argument("--resolve", action="store_true",
+                            help="resolve open incidents whose chain verifies again")
         parser.add_argument("--watermark", type=int,
                             help="with --subject: the revision seen before (detects truncation)")
 
-    def handle(self, *args, subject=None, watermark=None, verbosity=1, **options):
+    def handle(self, *args, subject=None, watermark=None, resolve=False, verbosity=1,
+               **options):
         if subject:
             try:
                 subjects = [Subject.parse(subject)]
@@ -41,8 +44,17 @@ class Command(BaseCommand):
                 broken += 1
                 self.stdout.write(f"BROKEN {result.subject} at #{result.position}: "
                                   f"{result.reason} (incident {incident.pk})")
-            elif verbosity > 1:
-                self.stdout.write(f"ok {result.subject} ({result.length} checkpoints)")
+            else:
+                if resolve:
+                    for open_incident in IntegrityIncident.objects.filter(
+                        subject_type=item.type, subject_id=item.id, status="open"
+                    ):
+                        incident_reverify(incident=open_incident, actor=None,
+                                          watermark=watermark)
+                        self.stdout.write(f"RESOLVED incident {open_incident.pk} on {item}: "
+                                          "the chain verifies again")
+                if verbosity > 1:
+                    self.stdout.write(f"ok {result.subject} ({result.length} checkpoints)")
         self.stdout.write(f"{len(subjects)} chain(s) verified, {broken} broken.")
         if broken:
             raise SystemExit(1)
