@@ -8,6 +8,7 @@ file in one pass. ``docs/definitions.md`` describes the format.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections import defaultdict, deque
 from collections.abc import Mapping
@@ -26,6 +27,8 @@ NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}$")
 PERMISSION = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
 VAR_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 OPS = {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "exists", "truthy"}
+# A timer due beyond this is surely a typo, and would overflow date-times (year 9999).
+MAX_TIMER = dt.timedelta(days=36525)
 
 # Node type → (required fields, optional fields), besides "id", "type" and "title".
 NODE_FIELDS: dict[str, tuple[set[str], set[str]]] = {
@@ -123,7 +126,7 @@ def _check_condition(where: str, cond: Any, problems: list[str]) -> None:
         return
     if not isinstance(cond["var"], str) or not VAR_PATH.match(cond["var"]):
         problems.append(f"{where}: condition variable {cond['var']!r} is not a variable path.")
-    if cond["op"] not in OPS:
+    if not isinstance(cond["op"], str) or cond["op"] not in OPS:
         problems.append(f"{where}: unknown operator {cond['op']!r}; use one of "
                         f"{', '.join(sorted(OPS))}.")
     elif cond["op"] not in {"exists", "truthy"} and "value" not in cond:
@@ -141,7 +144,7 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
         return None
     where = f"node '{node_id}'"
     kind = node.get("type")
-    if kind not in NODE_FIELDS:
+    if not isinstance(kind, str) or kind not in NODE_FIELDS:
         problems.append(f"{where}: unknown node type {kind!r}; use one of "
                         f"{', '.join(sorted(NODE_FIELDS))}.")
         return None
@@ -154,6 +157,10 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
     for name in ("input", "output"):
         if name in node:
             _check_mapping(where, name, node[name], problems)
+    if kind == "action" and "action" in node and not (
+            isinstance(node["action"], str) and node["action"]):
+        problems.append(f"{where}: 'action' must be the name of a registered action, such as "
+                        "'permits.register_application'.")
     if kind == "action" and isinstance(node.get("action"), str) and registry is not None:
         action = registry.get(node["action"])
         if action is None:
@@ -171,10 +178,14 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
         elif has == ["duration"]:
             parsed = parse_duration(str(node["duration"])) if isinstance(
                 node["duration"], str) else None
+            # parse_duration also takes "P" and "PT" (zero) and non-ISO forms: refuse them.
             if parsed is None or not str(node["duration"]).startswith("P") or \
-                    parsed.total_seconds() < 0:
+                    str(node["duration"])[-1] in "PT" or parsed.total_seconds() < 0:
                 problems.append(f"{where}: duration {node['duration']!r} is not an ISO 8601 "
                                 "duration such as PT30S or P2D.")
+            elif parsed > MAX_TIMER:
+                problems.append(f"{where}: duration {node['duration']!r} is longer than 100 "
+                                "years; use an 'at' date-time if you really mean it.")
         else:
             moment = parse_datetime(node["at"]) if isinstance(node["at"], str) else None
             if moment is None or moment.tzinfo is None:
@@ -229,9 +240,14 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
         problems.append("'nodes' must be a non-empty list.")
         raw_nodes = []
     nodes: dict[str, dict[str, Any]] = {}
+    # Nodes whose type is unknown: already reported, so transitions touching them are not
+    # called dangling and the graph is not judged (it would only repeat the same problem).
+    unusable: set[str] = set()
     for index, node in enumerate(raw_nodes):
         node_id = _check_node(node, index, problems, registry)
         if node_id is None:
+            if isinstance(node, dict) and isinstance(node.get("id"), str):
+                unusable.add(node["id"])
             continue
         if node_id in nodes:
             problems.append(f"node '{node_id}': the id is used twice.")
@@ -250,18 +266,23 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
                             "'when' condition or 'default': true.")
             continue
         source, target = item["from"], item["to"]
+        if "default" in item and not isinstance(item["default"], bool):
+            problems.append(f"{where}: 'default' must be true or false, not "
+                            f"{item['default']!r}.")
         for end, name in (("from", source), ("to", target)):
-            if name not in nodes:
+            if not (isinstance(name, str) and (name in nodes or name in unusable)):
                 problems.append(f"{where}: '{end}' names {name!r}, which is not a node "
                                 "(dangling transition).")
-        if source not in nodes or target not in nodes:
+        if not isinstance(source, str) or not isinstance(target, str) or \
+                source not in nodes or target not in nodes:
             continue
         transition = Transition(source, target, item.get("when"), item.get("default") is True)
         if transition.when is not None:
             _check_condition(f"{where} ({source} → {target})", transition.when, problems)
         outgoing[source].append(transition)
         incoming[target].append(transition)
-    _check_graph(nodes, outgoing, incoming, problems)
+    if not unusable:
+        _check_graph(nodes, outgoing, incoming, problems)
     if problems:
         raise DefinitionInvalid(problems)
     start = next(n for n, node in nodes.items() if node["type"] == "start")

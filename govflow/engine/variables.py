@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _MISSING = object()
+_ABSENT = object()
 
 
 class MissingVariable(LookupError):
@@ -88,11 +89,13 @@ def evaluate(condition: Mapping[str, Any], variables: Mapping[str, Any]) -> bool
         return any(evaluate(c, variables) for c in condition["any"])
     if "not" in condition:
         return not evaluate(condition["not"], variables)
-    value = lookup(variables, condition["var"], _MISSING)
+    # A sentinel of its own: passing _MISSING as the default would mean "no default" and
+    # raise, but a missing variable compares as null.
+    value = lookup(variables, condition["var"], _ABSENT)
     op = condition["op"]
     if op == "exists":
-        return value is not _MISSING
-    if value is _MISSING:
+        return value is not _ABSENT
+    if value is _ABSENT:
         value = None
     if op == "truthy":
         return bool(value)

@@ -147,8 +147,10 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
         if token.state != TokenState.FAILED:
             raise EngineConflict(f"Only a failed step can be retried; this one is {token.state}.")
         with transaction.atomic():
+            # poll=0: a deliberate retry executes the action again (same idempotency key);
+            # it does not poll an answer the earlier attempt may never have had.
             run.update_token(token, TokenState.FAILED, state=TokenState.READY,
-                             attempt=token.attempt + 1, not_before=None, wait_kind="",
+                             attempt=token.attempt + 1, poll=0, not_before=None, wait_kind="",
                              reason=f"retry requested by {actor}")
             run.active[token.pk] = token
             run.flush(Router(run), status=InstanceStatus.RUNNING, reason="")

@@ -151,11 +151,17 @@ class Router:
 
 
 def derive_status(active_tokens) -> str:
+    active_tokens = list(active_tokens)
     states = {t.state for t in active_tokens}
     if TokenState.OUTCOME_UNKNOWN in states:
         return InstanceStatus.BLOCKED
-    if states & {TokenState.READY, TokenState.EXECUTING}:
+    # A ready token that polls a pending provider waits for that provider, not for us.
+    if any(t.state == TokenState.EXECUTING
+           or (t.state == TokenState.READY and t.wait_kind != WaitKind.POLL)
+           for t in active_tokens):
         return InstanceStatus.RUNNING
+    if TokenState.READY in states:
+        return InstanceStatus.WAITING
     if TokenState.WAITING in states:
         return InstanceStatus.WAITING
     return InstanceStatus.COMPLETED

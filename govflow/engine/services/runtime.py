@@ -47,7 +47,7 @@ from recovery.models import Operation
 from ..definitions import Spec
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
 from .definitions import spec_of, unresolved_reason
-from .routing import ACTIVE, Router, derive_status
+from .routing import ACTIVE, RouteError, Router, derive_status
 
 log = logging.getLogger("govflow.engine")
 
@@ -90,6 +90,10 @@ class Run:
     active: dict[int, Token] = field(default_factory=dict)
     reached_end: bool = False
     renewed_at: float = field(default_factory=time.monotonic)
+    blocked: set[int] = field(default_factory=set)
+    """Tokens this run could not step (rejected before dispatch): not tried again here."""
+    block_reason: str = ""
+    """Why this run blocked the instance; other branches moving on do not unblock it."""
 
     @property
     def variables(self) -> dict[str, Any]:
@@ -145,19 +149,31 @@ class Run:
 
             consume_buffered(self, token, delivery)
         new_status = status or derive_status(self.active.values())
+        if status is None and self.block_reason and new_status in {
+                InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED}:
+            # A step blocked earlier in this run is still stuck (it is not tried again in
+            # this run), so another branch moving on must not hide it.
+            new_status, reason = InstanceStatus.BLOCKED, self.block_reason
         values: dict[str, Any] = {
             "variables": self.instance.variables, "next_ordinal": self.instance.next_ordinal,
             "status": new_status, "updated_at": Now(),
         }
         if status is not None or new_status != self.instance.status:
             values["reason"] = reason
+            self.instance.reason = reason
         if new_status == InstanceStatus.COMPLETED:
             values["completed_at"] = Now()
         fenced_update(Instance.objects.filter(pk=self.instance.pk), fence=self.fence, **values)
         self.instance.status = new_status
         router.pending = type(pending)()
 
-    def incident(self, token: Token | None, kind: str, message: str) -> None:
+    def incident(self, token: Token | None, kind: str, message: str, *,
+                 once: bool = False) -> None:
+        """Open an engine incident; with ``once``, not while the same one is still open."""
+        if once and Incident.objects.filter(instance_id=self.instance.pk, token=token,
+                                            kind=kind, message=message,
+                                            resolved_at__isnull=True).exists():
+            return
         Incident.objects.create(instance_id=self.instance.pk, token=token, kind=kind,
                                 message=message, created_at=Now())
 
@@ -174,9 +190,20 @@ def _load_run(instance_id: int, fence: Fence) -> Run | None:
 
 
 def block(run: Run, token: Token | None, kind: str, message: str) -> None:
-    """Stop the instance for an operator, with a clear reason, on the fence."""
+    """Stop the instance for an operator, with a clear reason, on the fence.
+
+    A token that stays ready is not tried again in this run (it would only be rejected
+    again); a later run (the sweep re-enqueues blocked instances with ready work) retries
+    it, so a step rejected for a reason that went away moves on by itself. Blocking again
+    for the same reason changes nothing and opens no second incident.
+    """
+    if token is not None:
+        run.blocked.add(token.pk)
+    run.block_reason = message
+    if run.instance.status == InstanceStatus.BLOCKED and run.instance.reason == message:
+        return
     with transaction.atomic():
-        run.incident(token, kind, message)
+        run.incident(token, kind, message, once=True)
         run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
     log.warning("instance %s blocked: %s", run.instance.pk, message)
 
@@ -208,10 +235,38 @@ def rehydrate(run: Run) -> None:
                 settle_from_operation(run, token, operation)
 
 
+def leave_or_block(run: Run, token: Token) -> None:
+    """Follow the transitions out of ``token``'s completed node, or block the instance.
+
+    Runs inside the caller's transaction, after the node's own facts (an observed success,
+    merged output) were written: a gateway with no matching branch must not undo them. The
+    instance is blocked with the reason instead, for an operator to cancel.
+    """
+    router = Router(run)
+    try:
+        router.leave(token.node_id)
+    except RouteError as exc:
+        message = f"The workflow cannot continue: {exc}."
+        run.blocked.add(token.pk)
+        run.block_reason = message
+        run.incident(token, "route", message, once=True)
+        run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
+        log.warning("instance %s blocked: %s", run.instance.pk, message)
+        return
+    run.flush(router)
+
+
 def next_runnable(run: Run) -> Token | None:
-    return (Token.objects.filter(instance_id=run.instance.pk, state=TokenState.READY)
-            .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now()))
-            .order_by("ordinal").first())
+    runnable = (Token.objects.filter(instance_id=run.instance.pk, state=TokenState.READY)
+                .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now())))
+    if run.blocked:
+        runnable = runnable.exclude(pk__in=run.blocked)
+    token = runnable.order_by("ordinal").first()
+    if token is not None:
+        # The step mutates this object: it must be the one the instance status is derived
+        # from, or a later flush in this run would judge the instance by a stale copy.
+        run.active[token.pk] = token
+    return token
 
 
 def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
@@ -237,9 +292,8 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             return report
         reason = unresolved_reason(run.instance.definition)
         if reason:
-            if run.instance.reason != reason:
-                block(run, None, "definition_unresolved",
-                      f"The definition no longer resolves here: {reason}")
+            block(run, None, "definition_unresolved",
+                  f"The definition no longer resolves here: {reason}")
             report.status = InstanceStatus.BLOCKED
             return report
         rehydrate(run)

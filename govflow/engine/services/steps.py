@@ -33,7 +33,7 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Pending, Succeeded, Unknown
 from ..variables import MissingVariable, apply_output, build_input
 from .routing import RouteError, Router, after_seconds
-from .runtime import Run, block
+from .runtime import Run, block, leave_or_block
 
 log = logging.getLogger("govflow.engine")
 
@@ -66,13 +66,13 @@ def run_token(run: Run, token: Token) -> None:
 def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     """A released wait (timer fired, message delivered, approval given) moves on."""
     with transaction.atomic():
-        if token.payload is not None or node["type"] != "timer":
+        # Only a delivered payload (message, approval, external result) is output: a start
+        # or timer node writes nothing, so it cannot clobber a variable named like it.
+        if token.payload is not None:
             apply_output(run.variables, token.node_id, node.get("output"), token.payload)
         run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
         run.active.pop(token.pk, None)
-        router = Router(run)
-        router.leave(token.node_id)
-        run.flush(router)
+        leave_or_block(run, token)
 
 
 def access_context(run: Run) -> dict[str, Any]:
@@ -98,8 +98,9 @@ def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefin
     try:
         input_value = build_input(node.get("input", {}), run.variables)
     except MissingVariable as exc:
-        raise StepRejected("input", f"Step '{token.node_id}' needs {exc}. Set it (or fix "
-                                    "the definition's input mapping); nothing was "
+        raise StepRejected("input", f"Step '{token.node_id}' needs the variable "
+                                    f"'{exc.path}', which is not set. Set it (or fix the "
+                                    "definition's input mapping); nothing was "
                                     "dispatched.") from None
     errors = sorted(jsonschema.Draft202012Validator(action.input_schema).iter_errors(
         input_value), key=lambda e: list(e.path))
@@ -114,6 +115,12 @@ def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefin
         canonical_bytes(preview)
     except CanonicalError as exc:
         raise StepRejected("input", f"Step '{token.node_id}': {exc}") from None
+    except Exception as exc:  # a provider bug before dispatch: nothing happened outside
+        log.warning("preview of %s raised %s", action.name, type(exc).__name__)
+        raise StepRejected("preview", f"The preview of {action.name} for step "
+                                      f"'{token.node_id}' raised {type(exc).__name__}; "
+                                      "nothing was dispatched. Fix the provider or the "
+                                      "input; the step is tried again later.") from None
     return input_value, preview, access_context(run)
 
 
@@ -245,7 +252,7 @@ def settle(run, token, node, action, key, result) -> None:
                                  poll=token.poll + 1, wait_kind=WaitKind.POLL,
                                  not_before=after_seconds(max(0.0, float(result.poll_after))),
                                  reason="the provider is working on it; polling again later")
-                run.flush(Router(run), status=InstanceStatus.WAITING)
+                run.flush(Router(run))  # waiting, unless another branch can run now
             else:
                 reason = result.reason if isinstance(result, Unknown) else (
                     f"the provider returned {type(result).__name__}, not a result")
@@ -260,9 +267,7 @@ def _succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=N
     apply_output(run.variables, token.node_id, node.get("output"), output)
     run.update_token(token, expected, state=TokenState.COMPLETED, reason="", **(extra or {}))
     run.active.pop(token.pk, None)
-    router = Router(run)
-    router.leave(token.node_id)
-    run.flush(router)
+    leave_or_block(run, token)
 
 
 def _unknown(run, token, key, reason: str) -> None:

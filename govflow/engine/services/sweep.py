@@ -69,16 +69,22 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
         key=Concat(Value("instance:"), Cast(OuterRef("pk"), CharField())),
         holder__isnull=False, expires_at__gt=Now(),
     )
-    runnable = Token.objects.filter(instance=OuterRef("pk")).filter(
+    tokens = Token.objects.filter(instance=OuterRef("pk"))
+    runnable = tokens.filter(
         Q(state=TokenState.EXECUTING)
         | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=Now()))
     )
+    # A retry or poll that fell due after the instance was last queued needs a run now,
+    # not after the stale-enqueue period: its backoff is what the provider asked for.
+    fell_due = tokens.filter(state=TokenState.READY, not_before__lte=Now(),
+                             not_before__gt=OuterRef("enqueued_at"))
     ids = list(
         Instance.objects.filter(status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING,
                                             InstanceStatus.BLOCKED])
         .filter(Exists(runnable))
         .exclude(Exists(live))
-        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=Now() - reenqueue_after))
+        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=Now() - reenqueue_after)
+                | Exists(fell_due))
         .values_list("pk", flat=True)[:limit]
     )
     if not ids:
@@ -112,7 +118,7 @@ def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
     """Run the sweeper for ``duration`` seconds if no other sweeper is alive."""
     ttl = _setting("GOVFLOW_SWEEP_LEASE_TTL", 10)
     tick = _setting("GOVFLOW_SWEEP_TICK", 0.25)
-    full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)
+    full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)  # buffered-message retries
     duration = _setting("GOVFLOW_SWEEP_DURATION", 40) if duration is None else duration
     holder = worker_name()
     fence = None
@@ -131,8 +137,8 @@ def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
         while True:
             fired = timers_fire(fence=fence)
             stats["timers"] += fired
+            stats["requeued"] += instances_requeue(fence=fence)
             if time.monotonic() - last_full >= full_every:
-                stats["requeued"] += instances_requeue(fence=fence)
                 stats["deliveries"] += deliveries_retry()
                 last_full = time.monotonic()
             stats["passes"] += 1

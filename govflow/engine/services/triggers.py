@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 from recovery.api import (
     CanonicalError,
     LeaseHeld,
+    StaleFence,
     canonical_bytes,
     fenced_update,
     lease_acquire,
@@ -72,31 +73,40 @@ def delivery_consume(*, delivery_id: int) -> bool:
     except LeaseHeld:
         return False
     try:
-        delivery = TriggerDelivery.objects.get(pk=delivery_id)
-        if delivery.state != "received":
-            return False
-        wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
-        token = (Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER,
-                                      wait_key=wait_key).order_by("created_at", "pk").first())
-        if token is None:
-            return False  # buffered until an instance waits for it
-        with transaction.atomic():
-            moved = fenced_update(Token.objects.filter(pk=token.pk, state=TokenState.WAITING),
-                                  fence=fence, state=TokenState.READY, payload=delivery.payload,
-                                  updated_at=Now())
-            if moved != 1:
-                return False
-            taken = fenced_update(
-                TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
-                fence=fence, state="consumed", token_id=token.pk, consumer_fence=fence.fence,
-                consumed_at=Now())
-            if taken != 1:
-                transaction.set_rollback(True)
-                return False
-            enqueue_advance(token.instance_id)
-        return True
+        return _consume(delivery_id, fence)
+    except StaleFence:
+        # This consumer's lease lapsed mid-way: it changed nothing, and the delivery stays
+        # received for the next consumer (the sweep retries buffered deliveries).
+        return False
     finally:
         lease_release_if_held(fence=fence)
+
+
+def _consume(delivery_id: int, fence) -> bool:
+    """Hand the delivery over with conditional writes on ``fence`` (its own lease)."""
+    delivery = TriggerDelivery.objects.get(pk=delivery_id)
+    if delivery.state != "received":
+        return False
+    wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
+    token = (Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER,
+                                  wait_key=wait_key).order_by("created_at", "pk").first())
+    if token is None:
+        return False  # buffered until an instance waits for it
+    with transaction.atomic():
+        moved = fenced_update(Token.objects.filter(pk=token.pk, state=TokenState.WAITING),
+                              fence=fence, state=TokenState.READY, payload=delivery.payload,
+                              updated_at=Now())
+        if moved != 1:
+            return False
+        taken = fenced_update(
+            TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+            fence=fence, state="consumed", token_id=token.pk, consumer_fence=fence.fence,
+            consumed_at=Now())
+        if taken != 1:
+            transaction.set_rollback(True)
+            return False
+        enqueue_advance(token.instance_id)
+    return True
 
 
 def consume_buffered(run, token: Token, delivery: TriggerDelivery) -> None:

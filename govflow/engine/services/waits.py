@@ -22,6 +22,7 @@ from ..queue import enqueue_advance
 from ..registry import registry
 from .instances import _Held
 from .routing import Router
+from .runtime import leave_or_block
 
 __all__ = ["approval_decide", "external_complete", "handoff_approve", "handoff_request"]
 
@@ -111,8 +112,7 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
                                      state=TokenState.COMPLETED,
                                      reason=f"effect confirmed by decision {approved.pk}")
                     run.active.pop(token.pk, None)
-                    router.leave(token.node_id)
-                    run.flush(router, reason="")
+                    leave_or_block(run, token)
                 elif approved.kind == DecisionKind.EFFECT_ABSENT:
                     run.update_token(token, TokenState.OUTCOME_UNKNOWN, state=TokenState.FAILED,
                                      reason=f"effect absent (decision {approved.pk}); a "

@@ -1,41 +1,57 @@
-"""Create (or refresh) the demo operator and approver logins."""
+"""Create (or refresh) the demo logins and publish the demo workflows."""
 
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from django.core.management.base import BaseCommand
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+ENGINE_VIEW = ["definition", "instance", "token", "timer", "triggerdelivery", "incident"]
 OPERATOR_PERMS = [
     ("recovery", "view_operation"), ("recovery", "view_checkpoint"), ("recovery", "view_lease"),
     ("recovery", "view_integrityincident"), ("recovery", "view_decision"),
     ("recovery", "request_decision"),
+    *(("engine", f"view_{model}") for model in ENGINE_VIEW),
+    ("engine", "start_instance"), ("engine", "operate_instance"),
+    ("govflow_demo", "view_decisionnote"),
 ]
-APPROVER_PERMS = [*OPERATOR_PERMS, ("recovery", "approve_decision")]
+APPROVER_PERMS = [*OPERATOR_PERMS, ("recovery", "approve_decision"),
+                  ("govflow_demo", "approve_permit")]
 
 
 class Command(BaseCommand):
-    help = "Create the demo 'operator' and 'approver' logins with the given password."
+    help = ("Create the demo 'operator' and 'approver' logins with the given password and "
+            "publish the demo workflows (load_workflows).")
 
     def add_arguments(self, parser):
         parser.add_argument("--password", required=True)
 
-    @transaction.atomic
     def handle(self, *args, password: str, **options):
+        self._logins(password)
+        self.stdout.write("Demo logins ready: operator, approver.")
+        call_command("load_workflows", stdout=self.stdout, stderr=self.stderr)
+
+    @transaction.atomic
+    def _logins(self, password: str) -> None:
         users = get_user_model()
         for username, group_name, perms in (
             ("operator", "Operators", OPERATOR_PERMS),
             ("approver", "Approvers", APPROVER_PERMS),
         ):
             group, _ = Group.objects.get_or_create(name=group_name)
-            group.permissions.set(
-                Permission.objects.get(content_type__app_label=app, codename=code)
-                for app, code in perms
-            )
+            group.permissions.set(_permission(app, code) for app, code in perms)
             user, _ = users.objects.get_or_create(username=username)
             user.is_staff = True
             user.set_password(password)
             user.save()
             user.groups.set([group])
-        self.stdout.write("Demo logins ready: operator, approver.")
+
+
+def _permission(app_label: str, codename: str) -> Permission:
+    try:
+        return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+    except Permission.DoesNotExist:
+        raise CommandError(f"Permission {app_label}.{codename} does not exist. Run "
+                           "`manage.py migrate` first (it creates permissions).") from None

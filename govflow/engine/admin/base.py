@@ -1,0 +1,42 @@
+"""Shared pieces of the engine's admin pages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.utils.html import format_html
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Visible to those with the view permission; nobody adds, edits or deletes rows here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def require(request, *perms: str) -> None:
+    """Refuse with 403 unless the user holds every permission in ``perms``."""
+    if not request.user.has_perms(perms):
+        raise PermissionDenied
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def pre(value: Any):
+    """A JSON value as an escaped, pretty-printed ``<pre>`` block."""
+    return format_html('<pre class="govflow-json">{}</pre>', pretty_json(value))
+
+
+def short(fingerprint: str, length: int = 12) -> str:
+    return f"{fingerprint[:length]}…" if fingerprint else ""

@@ -1,0 +1,141 @@
+"""What an instance's page shows: reads only, gathered for the template.
+
+Forms an operator submitted with errors are passed back in ``bound`` so the page shows
+them in place (keyed ``"cancel"``, ``("approval", token id)``, ``("handoff", token id)``
+or ``("reject", decision id)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recovery.api import DecisionState, RecoveryError, Subject, chain_verify
+from recovery.models import Decision, IntegrityIncident, Operation
+
+from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
+from ..models import Instance, Token, TokenState, WaitKind
+from ..registry import ActionDefinition, registry
+from ..services.definitions import spec_of
+from ..services.runtime import TERMINAL_STATUSES
+from ..services.steps import SUBJECT_TYPE
+from .base import pretty_json
+
+OPERATE = "engine.operate_instance"
+REQUEST = "recovery.request_decision"
+APPROVE = "recovery.approve_decision"
+
+
+def subject_of(instance: Instance) -> Subject:
+    return Subject(SUBJECT_TYPE, str(instance.pk))
+
+
+def node_of(instance: Instance, token: Token) -> dict[str, Any]:
+    return dict(spec_of(instance.definition).nodes.get(token.node_id, {}))
+
+
+def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
+    return registry.get(node_of(instance, token).get("action", ""))
+
+
+def operations_of(instance: Instance):
+    subject = subject_of(instance)
+    return Operation.objects.filter(subject_type=subject.type, subject_id=subject.id)
+
+
+@dataclass
+class StepRow:
+    token: Token
+    node_type: str
+    action: ActionDefinition | None
+    retry: bool = False
+    approval_permission: str = ""
+    approval_form: ApprovalForm | None = None
+    handoff_form: HandoffRequestForm | None = None
+    open_decision: Decision | None = None
+
+
+@dataclass
+class DecisionRow:
+    decision: Decision
+    evidence: list = field(default_factory=list)
+    reject_form: RejectDecisionForm | None = None
+
+
+def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[StepRow]:
+    user = request.user
+    rows = []
+    for token in tokens:
+        node = node_of(instance, token)
+        action = registry.get(node.get("action", "")) if node.get("type") == "action" else None
+        row = StepRow(token=token, node_type=node.get("type", "?"), action=action)
+        if token.state == TokenState.FAILED and user.has_perm(OPERATE):
+            row.retry = True
+        if token.state == TokenState.WAITING and token.wait_kind == WaitKind.APPROVAL:
+            row.approval_permission = node.get("permission", "")
+            row.approval_form = bound.get(("approval", token.pk))
+            if row.approval_form is None and user.has_perm(row.approval_permission):
+                row.approval_form = ApprovalForm(auto_id=f"id_approval_{token.pk}_%s")
+        if token.state == TokenState.OUTCOME_UNKNOWN:
+            row.open_decision = open_by_key.get(token.operation_key)
+            if row.open_decision is None and user.has_perms((OPERATE, REQUEST)):
+                row.handoff_form = bound.get(("handoff", token.pk)) or HandoffRequestForm(
+                    checks=action.checks if action else (), auto_id=f"id_handoff_{token.pk}_%s"
+                )
+        rows.append(row)
+    return rows
+
+
+def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
+    may_decide = request.user.has_perm(APPROVE)
+    rows = []
+    for decision in decisions:
+        row = DecisionRow(decision=decision, evidence=list(decision.evidence.all()))
+        if may_decide and decision.state == DecisionState.REQUESTED:
+            row.reject_form = bound.get(("reject", decision.pk)) or RejectDecisionForm(
+                auto_id=f"id_reject_{decision.pk}_%s"
+            )
+        rows.append(row)
+    return rows
+
+
+def detail_context(request, instance: Instance, bound: dict | None = None) -> dict[str, Any]:
+    bound = bound or {}
+    user = request.user
+    subject = subject_of(instance)
+    tokens = list(instance.tokens.order_by("ordinal"))
+    operations = list(operations_of(instance).order_by("recorded_at", "pk"))
+    decisions = list(
+        Decision.objects.filter(operation__in=[op.pk for op in operations])
+        .select_related("operation", "requested_by", "decided_by")
+        .prefetch_related("evidence")
+        .order_by("requested_at", "pk")
+    )
+    open_by_key = {d.operation.key: d for d in decisions if d.state == DecisionState.REQUESTED}
+    try:
+        verification, verify_error = chain_verify(subject), ""
+    except RecoveryError as exc:  # e.g. chain keys missing from settings
+        verification, verify_error = None, str(exc)
+    active = instance.status not in TERMINAL_STATUSES
+    # Rationales and evidence are the recovery desk's records: shown to its users only.
+    see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
+    return {
+        "instance": instance,
+        "subject": subject,
+        "variables_json": pretty_json(instance.variables),
+        "steps": _step_rows(request, instance, tokens, open_by_key, bound),
+        "operations": operations,
+        "decisions": _decision_rows(request, decisions, bound) if see_decisions else [],
+        "see_decisions": see_decisions,
+        "verification": verification,
+        "verify_error": verify_error,
+        "engine_incidents": list(instance.incidents.order_by("-created_at", "-pk")),
+        "integrity_incidents": list(
+            IntegrityIncident.objects.filter(
+                subject_type=subject.type, subject_id=subject.id
+            ).order_by("-detected_at")
+        ),
+        "cancel_form": (bound.get("cancel") or CancelForm())
+        if (active and user.has_perm(OPERATE))
+        else None,
+    }

@@ -1,0 +1,227 @@
+"""Forms of the operators' admin pages.
+
+Forms only parse what an operator typed or uploaded into the values a service takes; the
+services decide what is allowed and say why not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from django import forms
+from django.conf import settings
+
+from recovery.api import DecisionKind
+
+from .models import Definition
+
+
+def definition_max_bytes() -> int:
+    return int(getattr(settings, "GOVFLOW_DEFINITION_MAX_BYTES", 1024 * 1024))
+
+
+def variables_max_bytes() -> int:
+    return int(getattr(settings, "GOVFLOW_VARIABLES_MAX_BYTES", 256 * 1024))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; use a finite number or null")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        result[key] = value
+    return result
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON: no NaN or infinity, no duplicate keys. Raises ``ValueError``."""
+    try:
+        return json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+        )
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None
+
+
+class DefinitionUploadForm(forms.Form):
+    """A definition file: UTF-8 JSON holding one object, at most a configured size."""
+
+    file = forms.FileField(
+        label="Definition file",
+        help_text="A UTF-8 JSON file with key, version, title, nodes and transitions. "
+        "Publishing never changes an existing version: give changes a new version.",
+        widget=forms.FileInput(attrs={"accept": ".json,application/json"}),
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        limit = definition_max_bytes()
+        if upload.size > limit:
+            raise forms.ValidationError(
+                f"The file is {upload.size} bytes; a definition may be at most {limit} bytes."
+            )
+        data = upload.read(limit + 1)
+        if len(data) > limit:
+            raise forms.ValidationError(f"The file is larger than {limit} bytes.")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise forms.ValidationError(
+                f"The file is not UTF-8 text (byte {exc.start} is invalid). Save it as UTF-8."
+            ) from None
+        try:
+            document = parse_json(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"The file is not valid JSON: {exc}.") from None
+        if not isinstance(document, dict):
+            raise forms.ValidationError(
+                f"A definition is a JSON object, not {type(document).__name__}."
+            )
+        self.cleaned_data["document"] = document
+        self.cleaned_data["source"] = os.path.basename(upload.name or "")[:300]
+        return upload
+
+
+class DefinitionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Definition) -> str:
+        return f"{obj.key} v{obj.version} — {obj.title}"
+
+
+class InstanceStartForm(forms.Form):
+    definition = DefinitionChoiceField(
+        queryset=Definition.objects.order_by("key", "-version"),
+        label="Definition",
+        empty_label="Choose a published definition",
+    )
+    tenant = forms.CharField(
+        label="Tenant",
+        max_length=100,
+        initial="default",
+        help_text="The organisation or office this instance runs for.",
+    )
+    variables = forms.CharField(
+        label="Variables",
+        required=False,
+        initial="{}",
+        widget=forms.Textarea(attrs={"rows": 10, "cols": 80, "spellcheck": "false"}),
+        help_text='A JSON object, for example {"applicant": "A. Smith"}. Leave empty for none.',
+    )
+
+    def clean_variables(self) -> dict[str, Any]:
+        text = (self.cleaned_data.get("variables") or "").strip()
+        if not text:
+            return {}
+        if len(text.encode()) > variables_max_bytes():
+            raise forms.ValidationError(
+                f"Variables may be at most {variables_max_bytes()} bytes of JSON."
+            )
+        try:
+            value = parse_json(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}.") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Variables must be a JSON object mapping names to values.")
+        return value
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(
+        label="Reason for cancelling",
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Recorded on the instance. Cancelling undoes nothing outside the engine.",
+    )
+
+
+class ApprovalForm(forms.Form):
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("reject", "Reject")],
+        widget=forms.RadioSelect,
+        label="Decision",
+    )
+    note = forms.CharField(
+        label="Note",
+        required=False,
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+    )
+
+
+class MultipleFileInput(forms.FileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several uploaded files; cleans to a list (empty when none was chosen)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        single = super().clean
+        if isinstance(data, (list, tuple)):
+            return [single(item, initial) for item in data]
+        return [single(data, initial)] if data else []
+
+
+CHECK_PREFIX = "check_"
+
+
+class HandoffRequestForm(forms.Form):
+    """A decision on an uncertain step: kind, rationale, evidence and the provider's checks.
+
+    ``checks`` are the action's :class:`~govflow.engine.registry.VerificationCheck`\\ s;
+    each becomes a text field labelled with its instruction.
+    """
+
+    kind = forms.ChoiceField(
+        label="Decision",
+        choices=DecisionKind.choices,
+        widget=forms.RadioSelect,
+        help_text="Effect confirmed and effect absent need evidence. A timeout, a restart or "
+        "an empty local result is not evidence of absence.",
+    )
+    rationale = forms.CharField(
+        label="Rationale",
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
+        help_text="What you checked and what it showed.",
+    )
+    evidence = MultipleFileField(
+        label="Evidence files",
+        required=False,
+        help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
+    )
+
+    def __init__(self, *args, checks=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.check_ids = []
+        for check in checks:
+            name = CHECK_PREFIX + check.id
+            self.fields[name] = forms.CharField(
+                label=check.instruction,
+                required=False,
+                max_length=2000,
+                widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                help_text=f"Your finding for check '{check.id}'.",
+            )
+            self.check_ids.append(check.id)
+
+    def check_answers(self) -> dict[str, str]:
+        return {cid: self.cleaned_data.get(CHECK_PREFIX + cid, "") for cid in self.check_ids}
+
+
+class RejectDecisionForm(forms.Form):
+    note = forms.CharField(
+        label="Why reject it",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="The requester sees this and can request again.",
+    )

@@ -1,0 +1,151 @@
+"""Rehydration (I10): after a worker stops, the database alone says how each step resumes."""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models.functions import Now
+
+from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
+from govflow.engine.registry import registry
+from govflow.engine.services import runtime
+from govflow.engine.services.runtime import instance_lease_key, instance_run
+from govflow.engine.services.sweep import sweep_loop
+from recovery import api
+from tests.dbclock import wait_until_expired
+from tests.engine_helpers import (
+    alpha_write,
+    chain_ok,
+    counted,
+    incidents,
+    node,
+    op_states,
+    operations,
+    token_of,
+)
+from tests.flows import action, drive, linear, start
+from tests.providers.alpha import actions as alpha
+from tests.providers.alpha import effects
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def clean_store(tmp_path, settings):
+    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
+    effects.reset()
+    yield
+    effects.reset()
+
+
+class WorkerKilled(BaseException):
+    """Stands in for kill -9: nothing after it runs, not even an ``except Exception``."""
+
+
+def run(instance, **kwargs):
+    report = instance_run(instance_id=instance.pk, **kwargs)
+    instance.refresh_from_db()
+    return report
+
+
+def stopped_before(instance, settings, node_id: str = "a") -> Token:
+    """Run up to ``node_id`` and leave it executing as a worker that died would."""
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
+    while not Token.objects.filter(instance=instance, node_id=node_id).exists():
+        run(instance)
+    Token.objects.filter(instance=instance, node_id=node_id).update(
+        state=TokenState.EXECUTING, operation_key="")
+    return token_of(instance, node_id)
+
+
+def test_an_executing_step_that_never_dispatched_is_ready_again_with_the_next_attempt(
+        settings):
+    instance = start(linear(action("a")))
+    stopped_before(instance, settings)
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 0  # rehydrate only
+    run(instance)
+    token = token_of(instance, "a")
+    assert (token.state, token.attempt) == (TokenState.READY, 1)
+    assert token.reason == "resumed after a worker stopped before dispatch"
+    assert instance.status == InstanceStatus.RUNNING
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 500
+    instance = drive(instance)
+    assert instance.status == InstanceStatus.COMPLETED, instance.reason
+    [op] = operations(instance)
+    assert (op.state, op.ordinal) == ("succeeded", 1)
+    assert len(effects.effects()) == 1
+
+
+def killed_after_dispatch(monkeypatch, **changes):
+    """An instance whose worker died right after the provider did its effect."""
+    def execute(context):
+        alpha.write.execute(context)
+        raise WorkerKilled
+
+    write, calls = counted(alpha_write(execute=execute, **changes))
+    instance = start(linear(action("a"), action("b")))
+    # A killed worker does not release its lease either.
+    monkeypatch.setattr(runtime, "lease_release_if_held", lambda fence: False)
+    with registry.override(write), pytest.raises(WorkerKilled):
+        run(instance)
+    monkeypatch.undo()
+    return instance, write, calls
+
+
+def test_an_executing_step_that_dispatched_becomes_outcome_unknown_without_a_call(
+        monkeypatch, settings):
+    settings.GOVFLOW_LEASE_TTL = 0.5
+    instance, write, calls = killed_after_dispatch(monkeypatch)
+    assert token_of(instance, "a").state == TokenState.EXECUTING
+    assert op_states(instance) == ["dispatched"]
+    with registry.override(write):
+        assert run(instance).skipped == "lease held by another worker"
+        wait_until_expired(instance_lease_key(instance.pk))
+        settings.GOVFLOW_LEASE_TTL = 30
+        run(instance)
+        run(instance)
+    token = token_of(instance, "a")
+    assert token.state == TokenState.OUTCOME_UNKNOWN
+    assert instance.status == InstanceStatus.BLOCKED
+    assert instance.reason.startswith("The worker stopped after dispatching this action")
+    assert op_states(instance) == ["outcome_unknown"]
+    assert len(calls) == 1 and len(effects.effects()) == 1
+    assert "b" not in dict(instance.tokens.values_list("node_id", "state"))
+    assert chain_ok(instance)
+
+
+def test_an_executing_step_whose_operation_already_ended_blocks_for_an_operator(settings):
+    instance = start(linear(action("a"), action("b")))
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 2
+    run(instance)  # start, then a
+    [op] = operations(instance)
+    Token.objects.filter(instance=instance, node_id="a").update(state=TokenState.EXECUTING)
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 500
+    run(instance)
+    assert instance.status == InstanceStatus.BLOCKED
+    assert instance.reason == (f"Step 'a' was left executing while its operation {op.key} is "
+                               "succeeded. An operator must look at it before anything moves "
+                               "on.")
+    assert [kind for kind, _ in incidents(instance)] == ["inconsistent"]
+
+
+def test_the_sweep_fires_timers_that_fell_due_while_everything_was_down(settings):
+    settings.GOVFLOW_REENQUEUE_AFTER = 0
+    instance = drive(start(linear(node("t", "timer", duration="PT5M"), action("a"))))
+    Timer.objects.update(due_at=Now())  # five minutes of downtime later
+    Instance.objects.filter(pk=instance.pk).update(enqueued_at=None)
+    stats = sweep_loop(duration=0, chain=False)
+    assert stats["timers"] == 1 and stats["requeued"] == 1
+    instance.refresh_from_db()
+    assert instance.enqueued_at is not None
+    assert drive(instance).status == InstanceStatus.COMPLETED
+
+
+def test_the_sweep_requeues_an_instance_left_by_a_dead_worker(monkeypatch, settings):
+    settings.GOVFLOW_LEASE_TTL = 0.5
+    settings.GOVFLOW_REENQUEUE_AFTER = 0
+    instance, _, _ = killed_after_dispatch(monkeypatch)
+    Instance.objects.filter(pk=instance.pk).update(enqueued_at=None)
+    assert sweep_loop(duration=0, chain=False)["requeued"] == 0, "its lease is still live"
+    wait_until_expired(instance_lease_key(instance.pk))
+    assert sweep_loop(duration=0, chain=False)["requeued"] == 1
+    assert api.subject_revision(api.Subject("govflow.instance", str(instance.pk))) == 1
