@@ -23,7 +23,7 @@ def check_chain_keys_deploy(app_configs, **kwargs):
         keys = chain_keys()
     except ChainKeyError:
         return []  # reported by recovery.E001
-    if keys.active_id == "dev":
+    if keys.derived:
         return [
             checks.Error(
                 "The checkpoint chain uses a key derived from SECRET_KEY (development mode).",

@@ -76,6 +76,8 @@ class ChainKeys:
 
     active_id: str
     keys: dict[str, bytes]
+    derived: bool = False
+    """True when the key was derived from SECRET_KEY (development only)."""
 
     def get(self, key_id: str) -> bytes | None:
         return self.keys.get(key_id)
@@ -93,7 +95,7 @@ def parse_chain_keys(raw: str, *, secret_key: str) -> ChainKeys:
     raw = (raw or "").strip()
     if not raw:
         key = blake3(secret_key.encode(), derive_key_context="recovery chain dev key v1").digest()
-        return ChainKeys(active_id="dev", keys={"dev": key})
+        return ChainKeys(active_id="dev", keys={"dev": key}, derived=True)
     keys: dict[str, bytes] = {}
     order: list[str] = []
     for item in raw.split(","):

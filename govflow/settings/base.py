@@ -30,7 +30,6 @@ INSTALLED_APPS = [
     "django_q",
     "recovery",
     "govflow.engine",
-    "govflow.demo",
 ]
 
 MIDDLEWARE = [
@@ -127,6 +126,15 @@ RECOVERY_EVIDENCE_MAX_BYTES = int(os.environ.get("GOVFLOW_EVIDENCE_MAX_BYTES", 2
 # Keys for the checkpoint chain (BLAKE3 keyed mode). "id:64-hex-chars" pairs, comma
 # separated; the first is the active key, the others verify older checkpoints.
 RECOVERY_CHAIN_KEYS = os.environ.get("GOVFLOW_CHAIN_KEYS", "")
+
+# Engine tuning (seconds unless said otherwise); see docs/deployment.md.
+GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))
+GOVFLOW_MAX_STEPS_PER_RUN = int(os.environ.get("GOVFLOW_MAX_STEPS_PER_RUN", 500))
+GOVFLOW_RUN_BUDGET = float(os.environ.get("GOVFLOW_RUN_BUDGET", 25))
+GOVFLOW_REENQUEUE_AFTER = float(os.environ.get("GOVFLOW_REENQUEUE_AFTER", 30))
+GOVFLOW_SWEEP_LEASE_TTL = float(os.environ.get("GOVFLOW_SWEEP_LEASE_TTL", 10))
+GOVFLOW_SWEEP_TICK = float(os.environ.get("GOVFLOW_SWEEP_TICK", 0.25))
+GOVFLOW_SWEEP_DURATION = float(os.environ.get("GOVFLOW_SWEEP_DURATION", 40))
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -15,6 +15,10 @@ RECOVERY_CHAIN_KEYS = os.environ.get(
 )
 
 # Test provider apps (tests/providers): steerable actions of every recovery mode.
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.providers.alpha", "tests.providers.beta"]  # noqa: F405
+INSTALLED_APPS = [
+    *INSTALLED_APPS,  # noqa: F405
+    "govflow.demo",
+    "tests.providers.alpha",
+    "tests.providers.beta",
+]
 ALPHA_STORE = os.environ.get("ALPHA_STORE", "")
-GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))

@@ -294,7 +294,7 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
         return IntegrityIncidentOpen(
             f"{subject} has an open integrity incident; no success can be committed until "
             "it is resolved by re-verification (manage.py recovery_verify --subject "
-            f"{subject} --resolve, once the cause is repaired)."
+            f"{subject} --resolve --by YOUR_USERNAME, once the cause is repaired)."
         )
     current = _load(cursor, row["key"])
     if (current["state"], current["revision"]) != (row["state"], row["revision"]):

@@ -145,7 +145,7 @@ def test_a_watermark_on_an_unknown_subject_reports_a_missing_chain():
     assert lines[0].startswith("BROKEN govflow.instance:404 at #1: the chain ends at #0")
 
 
-def test_resolve_closes_only_the_incidents_whose_chain_verifies_again():
+def test_resolve_closes_only_the_incidents_whose_chain_verifies_again(django_user_model):
     repaired, (fixed_key,) = make_subject("succeeded")
     still, (broken_key,) = make_subject("failed")
     original = Operation.objects.get(key=fixed_key).fence
@@ -157,7 +157,10 @@ def test_resolve_closes_only_the_incidents_whose_chain_verifies_again():
     assert verify()[0] == 1  # a clean chain alone resolves nothing
     assert set(open_incidents()) == {repaired.id, still.id}
 
-    code, lines = verify("--resolve")
+    with pytest.raises(CommandError, match="--resolve needs --by"):
+        verify("--resolve")
+    django_user_model.objects.create_user(username="ops", password="pw")
+    code, lines = verify("--resolve", "--by", "ops")
     assert code == 1
     assert (f"RESOLVED incident {incidents[repaired.id].pk} on {repaired}: the chain "
             "verifies again") in lines
@@ -165,5 +168,6 @@ def test_resolve_closes_only_the_incidents_whose_chain_verifies_again():
     assert set(open_incidents()) == {still.id}
     resolved = IntegrityIncident.objects.get(pk=incidents[repaired.id].pk)
     assert resolved.status == "resolved" and resolved.resolved_at is not None
-    assert verify("--resolve", "--subject", str(repaired)) == (
+    assert resolved.resolved_by.username == "ops"
+    assert verify("--resolve", "--by", "ops", "--subject", str(repaired)) == (
         0, ["1 chain(s) verified, 0 broken."])
