@@ -348,3 +348,37 @@ def _check_graph(nodes, outgoing, incoming, problems: list[str]) -> None:
         if not any(sources <= _reachable(split, outgoing) for split in splits):
             problems.append(f"node '{node_id}': a parallel join without its parallel split "
                             "(no split leads to every incoming branch).")
+    loop = _pass_through_loop(nodes, outgoing)
+    if loop:
+        problems.append(f"nodes {' → '.join(loop)} form a loop of gateways with no step, "
+                        "timer or wait in between; an instance would go round it forever.")
+
+
+def _pass_through_loop(nodes, outgoing) -> list[str]:
+    """A cycle of nodes a token passes straight through (the router follows them at once)."""
+    through = {n for n, node in nodes.items()
+               if node["type"] in {"exclusive", "parallel_split", "parallel_join"}}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(node_id: str, path: list[str]) -> list[str]:
+        state[node_id] = 1
+        path.append(node_id)
+        for t in outgoing.get(node_id, ()):
+            if t.target not in through:
+                continue
+            if state.get(t.target) == 1:
+                return [*path[path.index(t.target):], t.target]
+            if t.target not in state:
+                found = visit(t.target, path)
+                if found:
+                    return found
+        path.pop()
+        state[node_id] = 2
+        return []
+
+    for node_id in sorted(through):
+        if node_id not in state:
+            found = visit(node_id, [])
+            if found:
+                return found
+    return []

@@ -84,6 +84,24 @@ def test_join_without_its_split_is_reported():
     assert "a parallel join without its parallel split" in one_problem(doc)
 
 
+def test_a_loop_of_gateways_without_a_step_is_reported():
+    doc = graph([node("s", "start"), node("g1", "exclusive"), node("g2", "exclusive"),
+                 action("a"), node("e", "end")],
+                [("s", "g1"), ("g1", "a", {"var": "x", "op": "truthy"}), ("g1", "g2", "default"),
+                 ("g2", "g1", {"var": "y", "op": "truthy"}), ("g2", "e", "default"),
+                 ("a", "e")])
+    assert one_problem(doc) == ("nodes g1 → g2 → g1 form a loop of gateways with no step, "
+                                "timer or wait in between; an instance would go round it "
+                                "forever.")
+
+
+def test_a_loop_through_a_step_is_allowed():
+    doc = graph([node("s", "start"), action("a"), node("g", "exclusive"), node("e", "end")],
+                [("s", "a"), ("a", "g"), ("g", "a", {"var": "again", "op": "truthy"}),
+                 ("g", "e", "default")])
+    assert definition_publish(document=doc)
+
+
 def test_action_no_provider_registers_is_reported_with_what_to_do():
     problem = one_problem(linear(action("a", name="gamma.launch")))
     assert problem == ("node 'a': no installed provider registers action 'gamma.launch'. "

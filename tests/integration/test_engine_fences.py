@@ -9,9 +9,11 @@ from collections import Counter
 import pytest
 from django.db import connection
 
+from govflow.engine.errors import EngineConflict
 from govflow.engine.models import Instance, InstanceStatus, Timer, TokenState, TriggerDelivery
 from govflow.engine.registry import registry
 from govflow.engine.services import triggers
+from govflow.engine.services.instances import instance_cancel
 from govflow.engine.services.runtime import instance_lease_key, instance_run
 from govflow.engine.services.sweep import SWEEPER, deliveries_retry, timers_fire
 from govflow.engine.services.triggers import trigger_deliver
@@ -26,6 +28,7 @@ from tests.engine_helpers import (
     operations,
     take_over,
     token_of,
+    user_with,
 )
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import actions as alpha
@@ -246,3 +249,36 @@ def test_concurrent_deliveries_of_one_message_are_consumed_once(on_postgres):
     assert TriggerDelivery.objects.get().state == "consumed"
     assert drive(instance).status == InstanceStatus.COMPLETED
     assert effects.call_count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_racing_the_workers_stops_the_instance_cleanly(on_postgres, settings,
+                                                                django_user_model):
+    operator = user_with(django_user_model, "operator", "engine.operate_instance")
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
+    instance = start(linear(*(action(f"s{i}") for i in range(1, 9))))
+
+    def work(i: int) -> None:
+        if i == 0:
+            for _ in range(500):
+                try:
+                    instance_cancel(instance_id=instance.pk, actor=operator, reason="withdrawn")
+                    return
+                except EngineConflict as exc:
+                    if "already" in str(exc):
+                        return
+        else:
+            for _ in range(200):
+                if instance_run(instance_id=instance.pk, worker=f"racer-{i}").status in {
+                        InstanceStatus.COMPLETED, InstanceStatus.CANCELLED}:
+                    return
+
+    assert _race(4, work) == []
+    instance.refresh_from_db()
+    assert instance.status in {InstanceStatus.CANCELLED, InstanceStatus.COMPLETED}
+    states = list(instance.tokens.values_list("state", flat=True))
+    assert not {TokenState.READY, TokenState.EXECUTING} & set(states)
+    done = instance.tokens.filter(state=TokenState.COMPLETED).exclude(node_id="start").count()
+    # Every completed step did its effect once, and nothing ran after the cancel.
+    assert effects.call_count() == len(effects.effects()) == done
+    assert chain_ok(instance)

@@ -206,3 +206,16 @@ def test_operator_cancel_cancels_every_active_step(operator):
     assert token_of(instance, "a").state == TokenState.CANCELLED
     with pytest.raises(EngineConflict, match="already cancelled"):
         instance_cancel(instance_id=instance.pk, actor=operator, reason="again")
+
+
+def test_a_cancelled_instance_stays_cancelled(requester, approver, operator):
+    instance = uncertain("raise_before")
+    decide(instance, "effect_absent", requester, approver)
+    instance_cancel(instance_id=instance.pk, actor=operator, reason="The applicant withdrew.")
+    with pytest.raises(EngineConflict, match="is cancelled; its steps are not retried"):
+        step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
+                   actor=operator)
+    instance = drive(instance)
+    assert instance.status == InstanceStatus.CANCELLED
+    assert token_of(instance, "a").state == TokenState.FAILED
+    assert effects.effects() == []

@@ -8,6 +8,7 @@ from django.db.models.functions import Now
 from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
 from govflow.engine.registry import registry
 from govflow.engine.services import runtime
+from govflow.engine.services.instances import instance_cancel
 from govflow.engine.services.runtime import instance_lease_key, instance_run
 from govflow.engine.services.sweep import sweep_loop
 from recovery import api
@@ -21,6 +22,7 @@ from tests.engine_helpers import (
     op_states,
     operations,
     token_of,
+    user_with,
 )
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import actions as alpha
@@ -149,3 +151,18 @@ def test_the_sweep_requeues_an_instance_left_by_a_dead_worker(monkeypatch, setti
     wait_until_expired(instance_lease_key(instance.pk))
     assert sweep_loop(duration=0, chain=False)["requeued"] == 1
     assert api.subject_revision(api.Subject("govflow.instance", str(instance.pk))) == 1
+
+
+def test_cancelling_after_a_dead_worker_records_the_outcome_as_unknown(
+        monkeypatch, settings, django_user_model):
+    settings.GOVFLOW_LEASE_TTL = 0.5
+    operator = user_with(django_user_model, "operator", "engine.operate_instance")
+    instance, _, calls = killed_after_dispatch(monkeypatch)
+    wait_until_expired(instance_lease_key(instance.pk))
+    instance_cancel(instance_id=instance.pk, actor=operator, reason="Applicant withdrew.")
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.CANCELLED
+    assert token_of(instance, "a").state == TokenState.CANCELLED
+    # Not left "dispatched" forever: the ledger says nobody knows whether it happened.
+    assert op_states(instance) == ["outcome_unknown"]
+    assert len(calls) == 1 and chain_ok(instance)

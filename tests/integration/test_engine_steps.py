@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from govflow.engine.errors import EngineConflict
-from govflow.engine.models import Incident, InstanceStatus, TokenState, WaitKind
+from govflow.engine.models import Incident, InstanceStatus, Token, TokenState, WaitKind
 from govflow.engine.provider import Failed, Pending, Succeeded, Unknown
 from govflow.engine.registry import registry
 from govflow.engine.services.instances import step_retry
@@ -220,6 +220,29 @@ def test_invalid_provider_result_makes_the_outcome_unknown(returned, fragment):
     with registry.override(alpha_write(execute=lambda context: returned)):
         instance = drive(start(linear(action("a"))))
     assert_outcome_unknown(instance, fragment)
+
+
+@pytest.mark.parametrize("poll_after", ["soon", float("nan"), None])
+def test_pending_with_an_unusable_poll_delay_makes_the_outcome_unknown(poll_after):
+    effects.SCRIPT["alpha.write"] = [Pending(poll_after=poll_after)]
+    assert_outcome_unknown(drive(start(linear(action("a")))),
+                           f"the provider answered pending with poll_after={poll_after!r}")
+
+
+def test_backoff_doubles_but_never_beyond_a_day():
+    effects.SCRIPT["alpha.write"] = [Failed("busy")]
+    with registry.override(alpha_write(retry_budget=100, retry_backoff=3600)):
+        instance = start(linear(action("a")))
+        assert run(instance).steps == 2  # start, a
+        token = token_of(instance, "a")
+        assert token.reason == "transient failure (busy); retry in 3600 s"
+        # Many attempts later the delay stays a day: 3600 s x 2^60 would overflow a date.
+        Token.objects.filter(pk=token.pk).update(attempt=60, not_before=None)
+        effects.SCRIPT["alpha.write"] = [Failed("still busy")]
+        run(instance)
+    token = token_of(instance, "a")
+    assert token.reason == "transient failure (still busy); retry in 86400 s"
+    assert token.not_before <= db_now() + dt.timedelta(days=1)
 
 
 def test_a_failed_step_retried_by_an_operator_gets_a_new_key_and_the_same_idempotency():

@@ -22,7 +22,14 @@ from ..models import Definition, Instance, InstanceStatus, Token, TokenState
 from ..queue import enqueue_advance
 from .definitions import spec_of, unresolved_reason
 from .routing import Router
-from .runtime import TERMINAL_STATUSES, Run, _load_run, instance_lease_key, worker_name
+from .runtime import (
+    TERMINAL_STATUSES,
+    Run,
+    _load_run,
+    instance_lease_key,
+    rehydrate,
+    worker_name,
+)
 
 __all__ = ["instance_cancel", "instance_start", "step_retry"]
 
@@ -123,6 +130,9 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
     with _Held(instance_id, actor) as run:
         if run.instance.status in TERMINAL_STATUSES:
             raise EngineConflict(f"Instance {instance_id} is already {run.instance.status}.")
+        # A step a dead worker left executing is settled first, so the ledger says what is
+        # known about it (outcome unknown if it was dispatched) rather than "dispatched".
+        rehydrate(run)
         with transaction.atomic():
             for token in list(run.active.values()):
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
@@ -146,6 +156,9 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
             )
         if token.state != TokenState.FAILED:
             raise EngineConflict(f"Only a failed step can be retried; this one is {token.state}.")
+        if run.instance.status in {InstanceStatus.CANCELLED, InstanceStatus.COMPLETED}:
+            raise EngineConflict(f"Instance {instance_id} is {run.instance.status}; its steps "
+                                 "are not retried. Start a new instance instead.")
         with transaction.atomic():
             # poll=0: a deliberate retry executes the action again (same idempotency key);
             # it does not poll an answer the earlier attempt may never have had.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -240,6 +241,9 @@ def settle(run, token, node, action, key, result) -> None:
             except (CanonicalError, TypeError, ValueError):
                 result = Unknown("the provider reported success with an output that is not "
                                  "JSON")
+        if isinstance(result, Pending) and _poll_delay(result) is None:
+            result = Unknown(f"the provider answered pending with poll_after="
+                             f"{result.poll_after!r}, not a number of seconds")
         with transaction.atomic():
             if isinstance(result, Succeeded):
                 _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
@@ -250,7 +254,7 @@ def settle(run, token, node, action, key, result) -> None:
                 operation_observe(key=key, state=OperationState.PENDING, fence=run.fence)
                 run.update_token(token, TokenState.EXECUTING, state=TokenState.READY,
                                  poll=token.poll + 1, wait_kind=WaitKind.POLL,
-                                 not_before=after_seconds(max(0.0, float(result.poll_after))),
+                                 not_before=after_seconds(_poll_delay(result)),
                                  reason="the provider is working on it; polling again later")
                 run.flush(Router(run))  # waiting, unless another branch can run now
             else:
@@ -259,6 +263,20 @@ def settle(run, token, node, action, key, result) -> None:
                 _unknown(run, token, key, reason)
     except ChainBroken as exc:
         _chain_broken(run, token, exc)
+
+
+MAX_DELAY = 86400.0
+"""Longest backoff or poll delay in seconds: doubling must not overflow a date-time."""
+
+
+def _poll_delay(result: Pending) -> float | None:
+    try:
+        delay = float(result.poll_after)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(delay):
+        return None
+    return min(max(0.0, delay), MAX_DELAY)
 
 
 def _succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=None) -> None:
@@ -286,7 +304,7 @@ def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) 
                               result={"permanent": failure.permanent})
         reason = str(failure.reason)[:500]
         if not failure.permanent and token.attempt < action.retry_budget:
-            delay = action.retry_backoff * (2 ** token.attempt)
+            delay = min(action.retry_backoff * (2.0 ** min(token.attempt, 64)), MAX_DELAY)
             run.update_token(token, expected, state=TokenState.READY, attempt=token.attempt + 1,
                              wait_kind=WaitKind.RETRY, not_before=after_seconds(delay),
                              reason=f"transient failure ({reason}); retry in {delay:g} s")

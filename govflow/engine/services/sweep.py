@@ -15,7 +15,7 @@ import time
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import CharField, Exists, OuterRef, Q, Value
+from django.db.models import CharField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat, Now
 
 from recovery.api import (
@@ -114,6 +114,14 @@ def sweep_once(*, fence: Fence) -> dict[str, int]:
     }
 
 
+def _sweeper_renewing(ttl: float, tick: float) -> bool:
+    remaining = (Lease.objects.filter(key=SWEEPER, holder__isnull=False)
+                 .annotate(left=F("expires_at") - Now()).values_list("left", flat=True).first())
+    if remaining is None:
+        return False
+    return remaining.total_seconds() > ttl - max(2.0, 4 * tick)
+
+
 def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
     """Run the sweeper for ``duration`` seconds if no other sweeper is alive."""
     ttl = _setting("GOVFLOW_SWEEP_LEASE_TTL", 10)
@@ -127,7 +135,11 @@ def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
         try:
             fence = lease_acquire(key=SWEEPER, holder=holder, ttl=ttl)
         except LeaseHeld:
-            if time.monotonic() > give_up:
+            # A live sweeper renews every tick, so its lease always has nearly the whole
+            # ttl left: leave at once and keep this worker free. Only a lease that is
+            # running out (its holder stopped renewing: killed or stuck) is worth waiting
+            # for, so a replacement takes over as soon as it expires.
+            if _sweeper_renewing(ttl, tick) or time.monotonic() > give_up:
                 return {"skipped": "another sweeper is alive"}
             time.sleep(min(1.0, ttl / 4))
     stats = {"timers": 0, "requeued": 0, "deliveries": 0, "passes": 0}
