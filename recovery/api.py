@@ -5,6 +5,7 @@ See ``docs/recovery.md`` for the model behind it and examples.
 
 from .canonical import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value
 from .chain import Verification, chain_verify, revision_require, subject_revision
+from .db import atomic, joined
 from .errors import (
     CanonicalError,
     ChainBroken,
@@ -89,6 +90,7 @@ __all__ = [
     "StaleFence",
     "Subject",
     "Verification",
+    "atomic",
     "can_transition",
     "canonical_bytes",
     "chain_verify",
@@ -102,6 +104,7 @@ __all__ = [
     "idempotency_key",
     "incident_open",
     "incident_reverify",
+    "joined",
     "lease_acquire",
     "lease_release",
     "lease_release_if_held",

@@ -7,9 +7,12 @@ would be most of its cost. Everything else uses the ORM.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 
 GENESIS_LINK = "0" * 64
 
@@ -52,3 +55,29 @@ def dialect() -> Dialect:
     raise NotImplementedError(
         f"The recovery ledger supports PostgreSQL and SQLite, not {connection.vendor}."
     )
+
+
+_JOINED: ContextVar[bool] = ContextVar("recovery_joined", default=False)
+
+
+@contextmanager
+def joined() -> Iterator[None]:
+    """Let the recovery writes in this block join the caller's transaction, no savepoints.
+
+    By default a recovery write nested in a caller's transaction runs in a savepoint, so a
+    refused write rolls back alone and the caller may carry on. A caller that rolls back
+    its whole transaction on any error anyway (the engine's step commits) saves those
+    SAVEPOINT/RELEASE round trips with this block. Needs an open transaction.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("recovery.api.joined() needs an open transaction.")
+    token = _JOINED.set(True)
+    try:
+        yield
+    finally:
+        _JOINED.reset(token)
+
+
+def atomic():
+    """``transaction.atomic()``, without a savepoint inside :func:`joined`."""
+    return transaction.atomic(savepoint=not _JOINED.get())

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
-from ..db import dialect
+from ..db import atomic, dialect
 from ..errors import LeaseHeld, RecoveryValidationError, StaleFence
 from ..models import Lease
 
@@ -80,7 +80,7 @@ def lease_acquire(*, key: str, holder: str, ttl: float) -> Fence:
         f"WHERE {_TABLE}.holder IS NULL OR {_TABLE}.expires_at <= {d.now} "
         f"RETURNING fence"
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with atomic(), connection.cursor() as cursor:
         cursor.execute(sql, [key, holder, d.seconds_param(ttl)])
         row = cursor.fetchone()
     if row is None:
@@ -114,7 +114,7 @@ def lease_renew(*, fence: Fence, ttl: float) -> Fence:
     """Extend a live lease by ``ttl`` seconds from now (database time)."""
     _validate(fence.key, fence.holder, ttl)
     d = dialect()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET expires_at = {d.plus_seconds} "
             f"WHERE key = %s AND holder = %s AND fence = %s AND expires_at > {d.now}",
@@ -128,7 +128,7 @@ def lease_renew(*, fence: Fence, ttl: float) -> Fence:
 def lease_release(*, fence: Fence) -> None:
     """Release a live lease; its fence stays, so the next holder gets a greater one."""
     d = dialect()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET holder = NULL, expires_at = NULL, released_at = {d.now} "
             f"WHERE key = %s AND holder = %s AND fence = %s AND expires_at > {d.now}",
@@ -157,7 +157,7 @@ def fenced_update(queryset: QuerySet, *, fence: Fence, **values: object) -> int:
     """
     sql, params = fence_condition(fence)
     live = RawSQL(sql, params, output_field=BooleanField())
-    with transaction.atomic():
+    with atomic():
         count = queryset.filter(live).update(**values)
         if count == 0 and not Lease.objects.filter(live).exists():
             raise _stale(fence, "write")

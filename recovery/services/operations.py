@@ -20,12 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection
 
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
 from ..chain import Head
-from ..db import dialect
+from ..db import atomic, dialect
 from ..errors import (
     ChainBroken,
     ContradictoryObservation,
@@ -126,7 +126,7 @@ def operation_record(
                         input_fp=input_fp, nonce=nonce, compensation=compensation)
     d = dialect()
     fenced_sql, fenced_params = fence_condition(fence)
-    with transaction.atomic(), connection.cursor() as cursor:
+    with atomic(), connection.cursor() as cursor:
         head = chain.read_head(cursor, subject)
         seq = head.seq + 1
         try:
@@ -336,7 +336,7 @@ def operation_observe(
     state = str(state)
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
-    with opening_incidents(), transaction.atomic(), \
+    with opening_incidents(), atomic(), \
             connection.cursor() as cursor:
         if state in SUCCESS:
             row, subject_rows = _load_with_subject(cursor, key)
@@ -420,7 +420,7 @@ def operation_check_input(*, key: str, input: Any) -> None:
 
 def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
     """Move a ``prepared`` operation across the dispatch boundary (its own commit)."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with atomic(), connection.cursor() as cursor:
         row = _load(cursor, key)
         if not _check_target(row, S.DISPATCHED, ""):
             _require_live(cursor, row, fence)

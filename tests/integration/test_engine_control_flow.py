@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.models import (
@@ -118,6 +119,17 @@ def test_conditions_combine_with_all_any_and_not():
     assert chosen == ["a", "b", "a", "b"]
 
 
+@pytest.mark.parametrize(("variables", "taken"), [({}, "b"), ({"application_id": None}, "a")])
+def test_exists_tells_a_missing_variable_from_a_null_one(variables, taken):
+    doc = graph([node("s", "start"), node("g", "exclusive"), action("a"), action("b"),
+                 node("e", "end")],
+                [("s", "g"), ("g", "a", {"var": "application_id", "op": "exists"}),
+                 ("g", "b", "default"), ("a", "e"), ("b", "e")], key="tests.exists")
+    instance = drive(start(doc, {"value": "v1", **variables}))
+    assert instance.status == InstanceStatus.COMPLETED, instance.reason
+    assert taken in token_states(instance)
+
+
 def test_parallel_join_waits_for_every_branch():
     doc = graph([node("s", "start"), node("split", "parallel_split"), action("a"),
                  action("b"), node("join", "parallel_join"), action("c"), node("e", "end")],
@@ -168,11 +180,14 @@ def sweeper() -> api.Fence:
     return api.lease_acquire(key=SWEEPER, holder="sweeper-1", ttl=30)
 
 
-def test_timer_is_due_by_the_database_clock_and_fires_exactly_once():
+def test_timer_is_due_by_the_database_clock_and_fires_exactly_once(monkeypatch):
     instance = start(linear(node("t", "timer", duration="PT1H"), action("a")))
+    # A worker whose clock is years off must not move the due time (I9).
+    monkeypatch.setattr(timezone, "now", lambda: dt.datetime(2001, 1, 1, tzinfo=dt.UTC))
     before = db_now()
     instance = drive(instance)
     after = db_now()
+    monkeypatch.undo()
     assert instance.status == InstanceStatus.WAITING
     timer = Timer.objects.get(instance=instance)
     assert before + dt.timedelta(hours=1) <= timer.due_at <= after + dt.timedelta(hours=1)

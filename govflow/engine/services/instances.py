@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-from django.db import transaction
 from django.db.models.functions import Now
 
 from recovery.api import (
@@ -28,6 +27,7 @@ from .runtime import (
     _load_run,
     instance_lease_key,
     rehydrate,
+    step_commit,
     worker_name,
 )
 
@@ -84,7 +84,7 @@ def instance_start(
     access = dict(access or {})
     if actor is not None:
         access.setdefault("started_by", actor.pk)
-    with transaction.atomic():
+    with step_commit():
         instance = Instance.objects.create(
             definition=definition, definition_fp=definition.fingerprint, tenant=tenant,
             variables=variables, access=access, started_by=actor, created_at=Now(),
@@ -133,7 +133,7 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
         # A step a dead worker left executing is settled first, so the ledger says what is
         # known about it (outcome unknown if it was dispatched) rather than "dispatched".
         rehydrate(run)
-        with transaction.atomic():
+        with step_commit():
             for token in list(run.active.values()):
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
                 run.active.pop(token.pk)
@@ -159,7 +159,7 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
         if run.instance.status in {InstanceStatus.CANCELLED, InstanceStatus.COMPLETED}:
             raise EngineConflict(f"Instance {instance_id} is {run.instance.status}; its steps "
                                  "are not retried. Start a new instance instead.")
-        with transaction.atomic():
+        with step_commit():
             # poll=0: a deliberate retry executes the action again (same idempotency key);
             # it does not poll an answer the earlier attempt may never have had.
             run.update_token(token, TokenState.FAILED, state=TokenState.READY,

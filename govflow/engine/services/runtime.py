@@ -23,11 +23,12 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -36,7 +37,9 @@ from recovery.api import (
     LeaseHeld,
     OperationState,
     StaleFence,
+    atomic,
     fenced_update,
+    joined,
     lease_acquire,
     lease_release_if_held,
     lease_renew,
@@ -52,6 +55,17 @@ from .routing import ACTIVE, RouteError, Router, derive_status
 log = logging.getLogger("govflow.engine")
 
 TERMINAL_STATUSES = {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
+
+
+@contextmanager
+def step_commit() -> Iterator[None]:
+    """One engine commit. The ledger's writes inside it join it without savepoints.
+
+    Nested in another step commit it joins that one too; any error rolls the whole
+    commit back (a step is all or nothing).
+    """
+    with atomic(), joined():
+        yield
 
 
 def lease_ttl() -> float:
@@ -202,7 +216,7 @@ def block(run: Run, token: Token | None, kind: str, message: str) -> None:
     run.block_reason = message
     if run.instance.status == InstanceStatus.BLOCKED and run.instance.reason == message:
         return
-    with transaction.atomic():
+    with step_commit():
         run.incident(token, kind, message, once=True)
         run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
     log.warning("instance %s blocked: %s", run.instance.pk, message)
@@ -213,7 +227,7 @@ def rehydrate(run: Run) -> None:
     for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
         operation = (Operation.objects.filter(key=token.operation_key).first()
                      if token.operation_key else None)
-        with transaction.atomic():
+        with step_commit():
             if operation is None or operation.state == OperationState.PREPARED:
                 # Never crossed the dispatch boundary: no effect can have happened.
                 run.update_token(token, TokenState.EXECUTING, state=TokenState.READY,

@@ -9,7 +9,6 @@ from typing import Any
 
 import jsonschema
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.db.models.functions import Now
 
 from recovery.api import (
@@ -34,7 +33,7 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Pending, Succeeded, Unknown
 from ..variables import MissingVariable, apply_output, build_input
 from .routing import RouteError, Router, after_seconds
-from .runtime import Run, block, leave_or_block
+from .runtime import Run, block, leave_or_block, step_commit
 
 log = logging.getLogger("govflow.engine")
 
@@ -66,7 +65,7 @@ def run_token(run: Run, token: Token) -> None:
 
 def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     """A released wait (timer fired, message delivered, approval given) moves on."""
-    with transaction.atomic():
+    with step_commit():
         # Only a delivered payload (message, approval, external result) is output: a start
         # or timer node writes nothing, so it cannot clobber a variable named like it.
         if token.payload is not None:
@@ -187,7 +186,7 @@ def _call(action: ActionDefinition, context: ActionContext):
 
 def run_non_atomic(run, token, node, action, record, key, idem, context) -> None:
     # Commit 1: the dispatch boundary. Nothing is called before it commits.
-    with transaction.atomic():
+    with step_commit():
         run.update_token(token, TokenState.READY, state=TokenState.EXECUTING,
                          operation_key=key, idempotency_key=idem, not_before=None,
                          wait_kind="")
@@ -204,7 +203,7 @@ def run_non_atomic(run, token, node, action, record, key, idem, context) -> None
 def run_atomic(run, token, node, action, record, key, idem, context) -> None:
     failure: Any = None
     try:
-        with transaction.atomic():
+        with step_commit():
             operation_record(**record)
             result = action.execute(context)
             if not isinstance(result, Succeeded):
@@ -244,7 +243,7 @@ def settle(run, token, node, action, key, result) -> None:
         if isinstance(result, Pending) and _poll_delay(result) is None:
             result = Unknown(f"the provider answered pending with poll_after="
                              f"{result.poll_after!r}, not a number of seconds")
-        with transaction.atomic():
+        with step_commit():
             if isinstance(result, Succeeded):
                 _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
             elif isinstance(result, Failed):
@@ -298,7 +297,7 @@ def _unknown(run, token, key, reason: str) -> None:
 
 
 def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) -> None:
-    with transaction.atomic():
+    with step_commit():
         if operation is not None:
             operation_observe(key=operation, state=OperationState.FAILED, fence=run.fence,
                               result={"permanent": failure.permanent})

@@ -14,7 +14,6 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import CharField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat, Now
 
@@ -31,7 +30,7 @@ from recovery.models import Lease
 
 from ..models import Instance, InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
 from ..queue import enqueue_many, enqueue_sweep
-from .runtime import worker_name
+from .runtime import step_commit, worker_name
 from .triggers import delivery_consume
 
 log = logging.getLogger("govflow.engine.sweep")
@@ -45,7 +44,7 @@ def _setting(name: str, default: float) -> float:
 
 def timers_fire(*, fence: Fence, limit: int = 1000) -> int:
     """Fire up to ``limit`` due timers (database clock) in one fenced commit."""
-    with transaction.atomic():
+    with step_commit():
         due = list(Timer.objects.filter(state="scheduled", due_at__lte=Now())
                    .order_by("due_at").values_list("pk", "token_id", "instance_id")[:limit])
         if not due:
@@ -89,7 +88,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     )
     if not ids:
         return 0
-    with transaction.atomic():
+    with step_commit():
         # Proves this sweeper still holds its lease before it queues anything.
         fenced_update(Lease.objects.filter(key=fence.key), fence=fence)
         enqueue_many(ids)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
 from recovery.api import (
     ChainBroken,
     DecisionKind,
@@ -22,7 +20,7 @@ from ..queue import enqueue_advance
 from ..registry import registry
 from .instances import _Held
 from .routing import Router
-from .runtime import leave_or_block
+from .runtime import leave_or_block, step_commit
 
 __all__ = ["approval_decide", "external_complete", "handoff_approve", "handoff_request"]
 
@@ -36,7 +34,7 @@ def _waiting(run, token_id: int, kind: str) -> Token:
 
 
 def _release(run, token: Token, payload: dict[str, Any]) -> None:
-    with transaction.atomic():
+    with step_commit():
         run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
         run.flush(Router(run))
         enqueue_advance(run.instance.pk)
@@ -104,7 +102,7 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
     with _Held(instance_id, actor) as run:
         token = _uncertain_token(run, decision.operation.key)
         try:
-            with transaction.atomic():
+            with step_commit():
                 approved = decision_approve(decision_id=decision_id, approved_by=actor)
                 router = Router(run)
                 if approved.kind == DecisionKind.EFFECT_CONFIRMED:
