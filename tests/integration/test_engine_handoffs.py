@@ -197,13 +197,25 @@ def test_retry_and_cancel_need_the_operate_permission(django_user_model, request
     assert token_of(instance, "a").state == TokenState.FAILED
 
 
-def test_operator_cancel_cancels_every_active_step(operator):
+def test_a_plain_cancel_is_refused_while_a_step_outcome_is_unknown(operator):
     instance = uncertain()
+    with pytest.raises(EngineConflict, match="Cancel it through a decision"):
+        instance_cancel(instance_id=instance.pk, actor=operator,
+                        reason="The applicant withdrew.")
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.BLOCKED
+    assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
+
+
+def test_operator_cancel_cancels_every_active_step(operator):
+    instance = drive(start(linear(
+        {"id": "wait", "type": "approval", "permission": "engine.operate_instance"})))
+    assert instance.status == InstanceStatus.WAITING
     cancelled = instance_cancel(instance_id=instance.pk, actor=operator,
                                 reason="The applicant withdrew.")
     assert cancelled.status == InstanceStatus.CANCELLED
     assert cancelled.reason == "Cancelled by operator: The applicant withdrew."
-    assert token_of(instance, "a").state == TokenState.CANCELLED
+    assert token_of(instance, "wait").state == TokenState.CANCELLED
     with pytest.raises(EngineConflict, match="already cancelled"):
         instance_cancel(instance_id=instance.pk, actor=operator, reason="again")
 

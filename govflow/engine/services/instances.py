@@ -133,6 +133,13 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
         # A step a dead worker left executing is settled first, so the ledger says what is
         # known about it (outcome unknown if it was dispatched) rather than "dispatched".
         rehydrate(run)
+        uncertain = [t for t in run.active.values() if t.state == TokenState.OUTCOME_UNKNOWN]
+        if uncertain:
+            raise EngineConflict(
+                f"Step '{uncertain[0].node_id}' has an unknown outcome: the effect may have "
+                "happened. Cancel it through a decision (kind 'cancel', with a rationale, "
+                "approved by a second person) so the ledger records who decided and why."
+            )
         with step_commit():
             for token in list(run.active.values()):
                 run.update_token(token, token.state, state=TokenState.CANCELLED)

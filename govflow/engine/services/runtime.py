@@ -33,10 +33,10 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from recovery.api import (
+    ConflictError,
     Fence,
     LeaseHeld,
     OperationState,
-    StaleFence,
     atomic,
     fenced_update,
     joined,
@@ -70,6 +70,10 @@ def step_commit() -> Iterator[None]:
 
 def lease_ttl() -> float:
     return float(getattr(settings, "GOVFLOW_LEASE_TTL", 30))
+
+
+def run_budget() -> float:
+    return float(getattr(settings, "GOVFLOW_RUN_BUDGET", 25))
 
 
 def max_steps() -> int:
@@ -120,6 +124,39 @@ class Run:
     def renew_if_due(self) -> None:
         if time.monotonic() - self.renewed_at > lease_ttl() / 3:
             lease_renew(fence=self.fence, ttl=lease_ttl())
+            self.renewed_at = time.monotonic()
+
+    @contextmanager
+    def kept_alive(self) -> Iterator[None]:
+        """Renew the lease in the background while a provider call runs.
+
+        A slow but live call keeps its authority, so nobody marks it outcome_unknown while
+        it is still working. If renewal fails (the lease was lost), the thread stops and
+        the step's second commit is refused by its fence as usual.
+        """
+        stop = threading.Event()
+        interval = lease_ttl() / 3
+
+        def renew() -> None:
+            from django.db import connection
+
+            try:
+                while not stop.wait(interval):
+                    lease_renew(fence=self.fence, ttl=lease_ttl())
+            except ConflictError:
+                log.warning("lease %s lost during a provider call", self.fence)
+            except Exception:  # the step's fenced commit decides; never crash the worker
+                log.exception("could not renew lease %s during a provider call", self.fence)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=renew, name="govflow-lease-keepalive", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
             self.renewed_at = time.monotonic()
 
     # -- writes (inside the caller's transaction) --------------------------------------
@@ -311,7 +348,10 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             report.status = InstanceStatus.BLOCKED
             return report
         rehydrate(run)
-        while report.steps < max_steps():
+        # Stop starting steps well inside django-q2's task timeout: a worker killed by
+        # that timeout mid-step would leave an outcome_unknown behind for nothing.
+        deadline = time.monotonic() + run_budget()
+        while report.steps < max_steps() and time.monotonic() < deadline:
             if run.instance.status in TERMINAL_STATUSES:
                 break
             token = next_runnable(run)
@@ -321,15 +361,18 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             report.steps += 1
             run.renew_if_due()
         else:
-            report.more = True
-            from ..queue import enqueue_advance
+            if next_runnable(run) is not None:
+                report.more = True
+                from ..queue import enqueue_advance
 
-            enqueue_advance(instance_id)
+                enqueue_advance(instance_id)
         report.status = run.instance.status
-    except StaleFence as exc:
+    except ConflictError as exc:
+        # StaleFence, or a late answer after another holder settled the step: this
+        # worker's view is stale. Nothing it tried was written; the holder carries on.
         report.stale = True
-        log.warning("instance %s: lease lost mid-run (%s); the new holder carries on",
-                    instance_id, exc)
+        log.warning("instance %s: %s: %s; nothing was changed, the current holder carries on",
+                    instance_id, type(exc).__name__, exc)
     finally:
         lease_release_if_held(fence=fence)
     return report

@@ -192,7 +192,8 @@ def run_non_atomic(run, token, node, action, record, key, idem, context) -> None
                          wait_kind="")
         operation_record(**record)
     try:
-        result = _call(action, context)
+        with run.kept_alive():
+            result = _call(action, context)
     except Exception as exc:  # the effect may have happened: never guess
         log.warning("action %s raised after dispatch (%s): outcome unknown", action.name,
                     type(exc).__name__)
