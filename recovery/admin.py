@@ -20,8 +20,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ("key", "action", "subject_type", "subject_id", "step_id", "state",
-                    "recovery_mode", "ordinal", "fence", "updated_at")
+    list_display = (
+        "key",
+        "action",
+        "subject_type",
+        "subject_id",
+        "step_id",
+        "state",
+        "recovery_mode",
+        "ordinal",
+        "fence",
+        "updated_at",
+    )
     list_filter = ("state", "recovery_mode", "action")
     search_fields = ("key", "subject_id", "step_id", "idempotency_fp")
     date_hierarchy = "recorded_at"
@@ -43,8 +53,14 @@ class LeaseAdmin(ReadOnlyAdmin):
 
 @admin.register(IntegrityIncident)
 class IntegrityIncidentAdmin(ReadOnlyAdmin):
-    list_display = ("subject_type", "subject_id", "position", "status", "detected_at",
-                    "resolved_at")
+    list_display = (
+        "subject_type",
+        "subject_id",
+        "position",
+        "status",
+        "detected_at",
+        "resolved_at",
+    )
     list_filter = ("status",)
     search_fields = ("subject_id", "reason")
 
@@ -65,7 +81,15 @@ class EvidenceInline(admin.TabularInline):
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
-    list_display = ("id", "operation", "kind", "state", "requested_by", "decided_by",
-                    "requested_at", "decided_at")
+    list_display = (
+        "id",
+        "operation",
+        "kind",
+        "state",
+        "requested_by",
+        "decided_by",
+        "requested_at",
+        "decided_at",
+    )
     list_filter = ("kind", "state")
     inlines = [EvidenceInline]

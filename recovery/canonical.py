@@ -56,8 +56,9 @@ def _check(value: Any, path: str) -> None:
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise CanonicalError(path, f"object key {key!r} is a {type(key).__name__}, "
-                                           "not a string")
+                raise CanonicalError(
+                    path, f"object key {key!r} is a {type(key).__name__}, not a string"
+                )
             _check(key, f"{path}.{key}")
             _check(item, f"{path}.{key}")
         return

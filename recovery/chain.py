@@ -97,8 +97,17 @@ def append(cursor, subject: Subject, head: Head, kind: str, fact: dict[str, Any]
             f"INSERT INTO {_CP} (subject_type, subject_id, seq, kind, fact, fact_fp, "
             f"prev_link, link, key_id, recorded_at) "
             f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
-            [subject.type, subject.id, seq, kind, fact_bytes.decode(), fact_fp, head.link,
-             link, keys.active_id],
+            [
+                subject.type,
+                subject.id,
+                seq,
+                kind,
+                fact_bytes.decode(),
+                fact_fp,
+                head.link,
+                link,
+                keys.active_id,
+            ],
         )
     except IntegrityError as exc:
         raise ChainConflict(
@@ -140,8 +149,11 @@ def _replay(
         if seq != expected:
             return broken(expected, f"checkpoint #{expected} is missing (next is #{seq})")
         if prev_link != prev:
-            return broken(seq, f"checkpoint #{seq} does not follow #{seq - 1} (previous "
-                               "link differs: removed, reordered or rewritten)")
+            return broken(
+                seq,
+                f"checkpoint #{seq} does not follow #{seq - 1} (previous "
+                "link differs: removed, reordered or rewritten)",
+            )
         key = keys.get(key_id)
         if key is None:
             return broken(seq, f"checkpoint #{seq} names an unknown chain key {key_id!r}")
@@ -154,19 +166,27 @@ def _replay(
         if not canonical or not isinstance(parsed, dict):
             return broken(seq, f"checkpoint #{seq}'s fact is not canonical JSON")
         if fingerprint(FingerprintKind.FACT, fact_bytes) != fact_fp:
-            return broken(seq, f"checkpoint #{seq}'s fact does not match its fingerprint "
-                               "(the fact was changed)")
+            return broken(
+                seq,
+                f"checkpoint #{seq}'s fact does not match its fingerprint (the fact was changed)",
+            )
         if compute_link(key, subject, seq, kind, fact_fp, prev_link) != link:
-            return broken(seq, f"checkpoint #{seq}'s link does not verify with key "
-                               f"{key_id!r} (rewritten or re-hashed without the key)")
+            return broken(
+                seq,
+                f"checkpoint #{seq}'s link does not verify with key "
+                f"{key_id!r} (rewritten or re-hashed without the key)",
+            )
         prev = link
         length = seq
         problem = _apply(ops, seq, kind, parsed)
         if problem:
             return broken(seq, problem)
     if watermark is not None and length < watermark:
-        return broken(length + 1, f"the chain ends at #{length} but #{watermark} was seen "
-                                  "before: checkpoints were removed from its end")
+        return broken(
+            length + 1,
+            f"the chain ends at #{length} but #{watermark} was seen "
+            "before: checkpoints were removed from its end",
+        )
     return ops, length, None
 
 
@@ -183,12 +203,18 @@ def _apply(ops: dict[str, dict[str, Any]], seq: int, kind: str, fact: dict[str, 
     if current is None:
         return f"checkpoint #{seq} changes operation {key} before it was recorded"
     if not can_transition(current["state"], fact["state"]):
-        return (f"checkpoint #{seq} moves operation {key} from {current['state']} to "
-                f"{fact['state']}, which is not an allowed transition")
+        return (
+            f"checkpoint #{seq} moves operation {key} from {current['state']} to "
+            f"{fact['state']}, which is not an allowed transition"
+        )
     if fact.get("revision") != current["revision"] + 1:
         return f"checkpoint #{seq} skips a revision of operation {key}"
-    current.update(state=fact["state"], revision=fact["revision"],
-                   result_fp=fact.get("result_fp", current["result_fp"]), chain_seq=seq)
+    current.update(
+        state=fact["state"],
+        revision=fact["revision"],
+        result_fp=fact.get("result_fp", current["result_fp"]),
+        chain_seq=seq,
+    )
     return ""
 
 
@@ -201,29 +227,47 @@ def compare(
     # checkpoints were removed from the end; blaming the row would send people astray.
     beyond = max(((row[-1], row[0]) for row in rows if row[-1] > length), default=None)
     if beyond is not None:
-        return Verification(subject, False, length, length + 1,
-                            f"the chain ends at #{length} but operation {beyond[1]}'s row "
-                            f"points to checkpoint #{beyond[0]}: checkpoints were removed "
-                            "from its end")
+        return Verification(
+            subject,
+            False,
+            length,
+            length + 1,
+            f"the chain ends at #{length} but operation {beyond[1]}'s row "
+            f"points to checkpoint #{beyond[0]}: checkpoints were removed "
+            "from its end",
+        )
     seen = set()
     for row in rows:
         key, values = row[0], row[1:]
         seen.add(key)
         expected = ops.get(key)
         if expected is None:
-            return Verification(subject, False, length, length + 1,
-                                f"operation {key} has no checkpoint in the chain")
+            return Verification(
+                subject,
+                False,
+                length,
+                length + 1,
+                f"operation {key} has no checkpoint in the chain",
+            )
         for (column, field), value in zip(COMPARED, values, strict=True):
             if expected[field] != value:
                 return Verification(
-                    subject, False, length, expected["chain_seq"],
+                    subject,
+                    False,
+                    length,
+                    expected["chain_seq"],
                     f"operation {key}'s {column} is {value!r} in its row but "
                     f"{expected[field]!r} in the chain (changed behind the chain's back)",
                 )
     for key, expected in ops.items():
         if key not in seen:
-            return Verification(subject, False, length, expected["chain_seq"],
-                                f"operation {key} is in the chain but its row is missing")
+            return Verification(
+                subject,
+                False,
+                length,
+                expected["chain_seq"],
+                f"operation {key} is in the chain but its row is missing",
+            )
     return Verification(subject, True, length)
 
 
@@ -264,7 +308,9 @@ def chain_verify(subject: Subject, *, watermark: int | None = None) -> Verificat
     """
     with connection.cursor() as cursor:
         return verify_rows(
-            subject, load_checkpoints(cursor, subject), load_operations(cursor, subject),
+            subject,
+            load_checkpoints(cursor, subject),
+            load_operations(cursor, subject),
             watermark,
         )
 

@@ -28,7 +28,7 @@ def check_chain_keys_deploy(app_configs, **kwargs):
             checks.Error(
                 "The checkpoint chain uses a key derived from SECRET_KEY (development mode).",
                 hint="Set GOVFLOW_CHAIN_KEYS (the RECOVERY_CHAIN_KEYS setting) to "
-                     "'id:64-hex-chars' from a secret store.",
+                "'id:64-hex-chars' from a secret store.",
                 id="recovery.E002",
             )
         ]

@@ -66,12 +66,15 @@ def validate_upload(upload) -> ValidatedEvidence:
     limit = max_bytes()
     size = getattr(upload, "size", None)
     if size is not None and size > limit:
-        raise EvidenceRejected(f"{raw_name!r} is {size} bytes; evidence files may be at most "
-                               f"{limit} bytes. Upload a smaller extract.")
+        raise EvidenceRejected(
+            f"{raw_name!r} is {size} bytes; evidence files may be at most "
+            f"{limit} bytes. Upload a smaller extract."
+        )
     data = upload.read(limit + 1)
     if len(data) > limit:
-        raise EvidenceRejected(f"{raw_name!r} is larger than {limit} bytes; upload a smaller "
-                               "extract.")
+        raise EvidenceRejected(
+            f"{raw_name!r} is larger than {limit} bytes; upload a smaller extract."
+        )
     if not data:
         raise EvidenceRejected(f"{raw_name!r} is empty; evidence must show something.")
     if ext in BINARY_TYPES:
@@ -96,8 +99,13 @@ def validate_upload(upload) -> ValidatedEvidence:
             f"evidence. Accepted: {accepted}."
         )
     fp = fingerprint(FingerprintKind.EVIDENCE, data)
-    return ValidatedEvidence(name=name, content_type=content_type, size=len(data),
-                             fingerprint=fp, content=ContentFile(data))
+    return ValidatedEvidence(
+        name=name,
+        content_type=content_type,
+        size=len(data),
+        fingerprint=fp,
+        content=ContentFile(data),
+    )
 
 
 def storage_path(fp: str) -> str:

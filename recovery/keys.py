@@ -28,8 +28,12 @@ def _parts(definition_fp: str, step_id: str, action: str, input_fp: str, nonce: 
             "An operation key needs a non-empty durable nonce (for example instance id, "
             "step ordinal and attempt); without one two invocations would share a key."
         )
-    for name, value in (("definition_fp", definition_fp), ("step_id", step_id),
-                        ("action", action), ("input_fp", input_fp)):
+    for name, value in (
+        ("definition_fp", definition_fp),
+        ("step_id", step_id),
+        ("action", action),
+        ("input_fp", input_fp),
+    ):
         if not isinstance(value, str) or not value:
             raise RecoveryValidationError(f"{name} must be a non-empty string.")
     return canonical_bytes([definition_fp, step_id, action, input_fp, nonce])

@@ -17,13 +17,15 @@ def fingerprints(input_value: Any = None, *, definition: Any = None) -> dict[str
     """Fingerprints of a made-up invocation, as :func:`operation_record` takes them."""
     input_value = {"n": next(_counter)} if input_value is None else input_value
     return {
-        "definition_fp": fingerprint_value(FingerprintKind.DEFINITION,
-                                           definition or {"key": "test.flow", "version": 1}),
+        "definition_fp": fingerprint_value(
+            FingerprintKind.DEFINITION, definition or {"key": "test.flow", "version": 1}
+        ),
         "input_fp": fingerprint_value(FingerprintKind.INPUT, input_value),
         "preview_fp": fingerprint_value(FingerprintKind.PREVIEW, {"says": "test"}),
         "access_fp": fingerprint_value(FingerprintKind.ACCESS_CONTEXT, {"tenant": "t1"}),
-        "idempotency_fp": fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY,
-                                            f"idem-{next(_counter)}"),
+        "idempotency_fp": fingerprint_value(
+            FingerprintKind.IDEMPOTENCY_KEY, f"idem-{next(_counter)}"
+        ),
     }
 
 
@@ -49,7 +51,13 @@ def record(
 ) -> RecordedOperation:
     """Record an operation with made-up fingerprints on ``subject``."""
     return operation_record(
-        subject=subject, step_id=step_id, action=action, recovery_mode=mode,
-        nonce=nonce or f"{subject.id}:{step_id}:{ordinal}:{next(_counter)}", ordinal=ordinal,
-        fence=fence, state=state, **fingerprints(input_value),
+        subject=subject,
+        step_id=step_id,
+        action=action,
+        recovery_mode=mode,
+        nonce=nonce or f"{subject.id}:{step_id}:{ordinal}:{next(_counter)}",
+        ordinal=ordinal,
+        fence=fence,
+        state=state,
+        **fingerprints(input_value),
     )

@@ -43,10 +43,16 @@ def demo_password() -> str:
 
 def demo_manage_command() -> str:
     """How to call manage.py from another terminal, with the same var/ folder and port."""
-    python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(
-        str(ROOT)) else sys.executable
-    prefix = "".join(f"{name}={shlex.quote(os.environ[name])} "
-                     for name in ("GOVFLOW_VAR_DIR", "GOVFLOW_PORT") if os.environ.get(name))
+    python = (
+        os.path.relpath(sys.executable, ROOT)
+        if sys.executable.startswith(str(ROOT))
+        else sys.executable
+    )
+    prefix = "".join(
+        f"{name}={shlex.quote(os.environ[name])} "
+        for name in ("GOVFLOW_VAR_DIR", "GOVFLOW_PORT")
+        if os.environ.get(name)
+    )
     return f"{prefix}{python} manage.py"
 
 
@@ -54,8 +60,7 @@ def wait_for_server(proc: subprocess.Popen, timeout: float = 60) -> bool:
     """Wait until the web server accepts connections (or has exited)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        with contextlib.suppress(OSError), socket.create_connection((HOST, int(PORT)),
-                                                                    timeout=1):
+        with contextlib.suppress(OSError), socket.create_connection((HOST, int(PORT)), timeout=1):
             return True
         time.sleep(0.3)
     return False
@@ -81,10 +86,14 @@ def main() -> int:
     password = demo_password()
     manage("demo_setup", "--password", password)
     procs = [
-        subprocess.Popen([sys.executable, "manage.py", "runserver", f"{HOST}:{PORT}",
-                          "--noreload"], cwd=ROOT, start_new_session=True),
-        subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT,
-                         start_new_session=True),
+        subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
+            cwd=ROOT,
+            start_new_session=True,
+        ),
+        subprocess.Popen(
+            [sys.executable, "manage.py", "qcluster"], cwd=ROOT, start_new_session=True
+        ),
     ]
 
     def stop(*_):

@@ -24,9 +24,17 @@ def run_pytest(backend: str, env: dict[str, str], args: list[str]) -> dict[str, 
     report.unlink(missing_ok=True)
     print(f"\n===== {backend}: running the suite =====", flush=True)
     code = subprocess.call(
-        [sys.executable, "-m", "pytest", f"--junitxml={report}", "-o",
-         f"junit_suite_name={backend}", *args],
-        cwd=ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"--junitxml={report}",
+            "-o",
+            f"junit_suite_name={backend}",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
     )
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "exit": code}
     if report.exists():
@@ -53,23 +61,27 @@ def main(args: list[str]) -> int:
         server_dir = os.path.join(parent, "server")
         started = subprocess.run(
             [str(ROOT / "scripts" / "pg-server"), "start", server_dir],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if started.returncode != 0:
             print(started.stderr, file=sys.stderr)
-            print("PostgreSQL could not be started; the PostgreSQL run is missing.",
-                  file=sys.stderr)
+            print(
+                "PostgreSQL could not be started; the PostgreSQL run is missing.", file=sys.stderr
+            )
             results["postgresql"] = None
         else:
             url = started.stdout.strip().removeprefix("DATABASE_URL=")
     try:
         if "postgresql" not in results:
-            results["postgresql"] = run_pytest("postgresql", {**base_env, "DATABASE_URL": url},
-                                               args)
+            results["postgresql"] = run_pytest(
+                "postgresql", {**base_env, "DATABASE_URL": url}, args
+            )
     finally:
         if server_dir:
-            subprocess.call([str(ROOT / "scripts" / "pg-server"), "stop", server_dir],
-                            stderr=subprocess.DEVNULL)
+            subprocess.call(
+                [str(ROOT / "scripts" / "pg-server"), "stop", server_dir], stderr=subprocess.DEVNULL
+            )
 
     print("\n===== summary =====")
     ok = True
@@ -82,8 +94,10 @@ def main(args: list[str]) -> int:
         failed = counts["failed"] + counts["errors"]
         totals["passed"] += counts["passed"]
         totals["failed"] += failed
-        print(f"{backend}: {counts['passed']} passed, {failed} failed, "
-              f"{counts['skipped']} skipped (pytest exit {counts['exit']})")
+        print(
+            f"{backend}: {counts['passed']} passed, {failed} failed, "
+            f"{counts['skipped']} skipped (pytest exit {counts['exit']})"
+        )
         if counts["exit"] != 0 or counts["passed"] == 0:
             ok = False
     print(f"{totals['passed']} passed, {totals['failed']} failed")

@@ -27,8 +27,9 @@ def fence(subject):
 
 
 def _user(django_user_model, username: str, *codenames: str):
-    user = django_user_model.objects.create_user(username=username, password="pw-" + username,
-                                                 is_staff=True)
+    user = django_user_model.objects.create_user(
+        username=username, password="pw-" + username, is_staff=True
+    )
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
     return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
 
@@ -40,8 +41,9 @@ def requester(django_user_model):
 
 @pytest.fixture
 def approver(django_user_model):
-    return _user(django_user_model, "approver", "request_decision", "approve_decision",
-                 "view_decision")
+    return _user(
+        django_user_model, "approver", "request_decision", "approve_decision", "view_decision"
+    )
 
 
 @pytest.fixture

@@ -24,8 +24,14 @@ from tests.providers.alpha import actions as alpha
 _keys = itertools.count(1)
 
 
-def graph(nodes: list[dict[str, Any]], transitions: list[tuple], *, key: str | None = None,
-          version: int = 1, **extra: Any) -> dict[str, Any]:
+def graph(
+    nodes: list[dict[str, Any]],
+    transitions: list[tuple],
+    *,
+    key: str | None = None,
+    version: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
     """A definition from nodes and ``(from, to[, when-or-"default"])`` tuples."""
     items = []
     for source, target, *rest in transitions:
@@ -35,8 +41,14 @@ def graph(nodes: list[dict[str, Any]], transitions: list[tuple], *, key: str | N
         elif rest:
             item["when"] = rest[0]
         items.append(item)
-    return {"key": key or f"tests.graph{next(_keys)}", "version": version, "title": "Graph",
-            "nodes": nodes, "transitions": items, **extra}
+    return {
+        "key": key or f"tests.graph{next(_keys)}",
+        "version": version,
+        "title": "Graph",
+        "nodes": nodes,
+        "transitions": items,
+        **extra,
+    }
 
 
 def node(node_id: str, kind: str, **fields: Any) -> dict[str, Any]:
@@ -52,8 +64,11 @@ def chain_ok(instance: Instance) -> bool:
 
 
 def operations(instance: Instance) -> list[Operation]:
-    return list(Operation.objects.filter(subject_type="govflow.instance",
-                                         subject_id=str(instance.pk)).order_by("pk"))
+    return list(
+        Operation.objects.filter(
+            subject_type="govflow.instance", subject_id=str(instance.pk)
+        ).order_by("pk")
+    )
 
 
 def op_states(instance: Instance) -> list[str]:
@@ -65,13 +80,15 @@ def token_of(instance: Instance, node_id: str) -> Token:
 
 
 def token_states(instance: Instance) -> dict[str, str]:
-    return dict(Token.objects.filter(instance=instance).order_by("ordinal")
-                .values_list("node_id", "state"))
+    return dict(
+        Token.objects.filter(instance=instance).order_by("ordinal").values_list("node_id", "state")
+    )
 
 
 def incidents(instance: Instance) -> list[tuple[str, str]]:
-    return list(Incident.objects.filter(instance=instance).order_by("pk")
-                .values_list("kind", "message"))
+    return list(
+        Incident.objects.filter(instance=instance).order_by("pk").values_list("kind", "message")
+    )
 
 
 def make_due(token: Token) -> None:
@@ -83,19 +100,20 @@ def publish(document: dict[str, Any]):
     return definition_publish(document=document)
 
 
-def evidence(name: str = "store-lookup.txt",
-             text: str = "Looked the key up in the alpha store.") -> SimpleUploadedFile:
+def evidence(
+    name: str = "store-lookup.txt", text: str = "Looked the key up in the alpha store."
+) -> SimpleUploadedFile:
     return SimpleUploadedFile(name, text.encode(), content_type="text/plain")
 
 
 def user_with(django_user_model, username: str, *perms: str):
     """A staff user holding ``app_label.codename`` permissions (fresh permission cache)."""
-    user = django_user_model.objects.create_user(username=username, password="pw",
-                                                 is_staff=True)
+    user = django_user_model.objects.create_user(username=username, password="pw", is_staff=True)
     for perm in perms:
         app_label, codename = perm.split(".")
-        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label,
-                                                         codename=codename))
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
     return django_user_model.objects.get(pk=user.pk)
 
 
@@ -123,8 +141,10 @@ def counted(base=None, **changes: Any):
         def called(context):
             calls.append((context.phase, context.attempt, context.poll))
             return fn(context)
+
         return called
 
     poll = changes.pop("poll", base.poll)
-    return dataclasses.replace(base, execute=wrap(base.execute),
-                               poll=wrap(poll) if poll else None, **changes), calls
+    return dataclasses.replace(
+        base, execute=wrap(base.execute), poll=wrap(poll) if poll else None, **changes
+    ), calls

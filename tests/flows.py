@@ -13,13 +13,19 @@ from govflow.engine.services.runtime import instance_run
 _versions = itertools.count(1)
 
 
-def linear(*nodes: dict[str, Any], key: str = "tests.linear", version: int | None = None,
-           variables_schema: dict | None = None) -> dict[str, Any]:
+def linear(
+    *nodes: dict[str, Any],
+    key: str = "tests.linear",
+    version: int | None = None,
+    variables_schema: dict | None = None,
+) -> dict[str, Any]:
     """A start → nodes… → end definition."""
     all_nodes = [{"id": "start", "type": "start"}, *nodes, {"id": "end", "type": "end"}]
     ids = [n["id"] for n in all_nodes]
     document = {
-        "key": key, "version": version or next(_versions), "title": "Test flow",
+        "key": key,
+        "version": version or next(_versions),
+        "title": "Test flow",
         "nodes": all_nodes,
         "transitions": [{"from": a, "to": b} for a, b in itertools.pairwise(ids)],
     }
@@ -34,8 +40,7 @@ def action(node_id: str, name: str = "alpha.write", value: str = "value", **extr
 
 def start(document: dict, variables: dict | None = None, **kwargs) -> Instance:
     definition = definition_publish(document=document)
-    return instance_start(definition=definition, variables=variables or {"value": "v1"},
-                          **kwargs)
+    return instance_start(definition=definition, variables=variables or {"value": "v1"}, **kwargs)
 
 
 def drive(instance: Instance, *, rounds: int = 20) -> Instance:

@@ -36,8 +36,12 @@ POLL_AFTER = 2.0
 
 
 def _schema(properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": sorted(properties),
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": sorted(properties),
+        "additionalProperties": False,
+    }
 
 
 def _finding(record: Mapping[str, Any] | None, found: str, missing: str) -> str:
@@ -49,28 +53,38 @@ def _finding(record: Mapping[str, Any] | None, found: str, missing: str) -> str:
 
 def _register_preview(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "summary": (f"Register the building-permit application of {data['applicant_name']} "
-                    f"for parcel {data['parcel_id']} ({data['address']}) in the municipal "
-                    "registry."),
+        "summary": (
+            f"Register the building-permit application of {data['applicant_name']} "
+            f"for parcel {data['parcel_id']} ({data['address']}) in the municipal "
+            "registry."
+        ),
         "system": "municipal registry (demo)",
-        "writes": {"table": "applications", "applicant": data["applicant_name"],
-                   "parcel_id": data["parcel_id"], "project": data["project"],
-                   "floor_area_m2": data["floor_area_m2"]},
+        "writes": {
+            "table": "applications",
+            "applicant": data["applicant_name"],
+            "parcel_id": data["parcel_id"],
+            "project": data["project"],
+            "floor_area_m2": data["floor_area_m2"],
+        },
         "if_repeated": "the registry returns the first registration; nothing is duplicated",
     }
 
 
 def _register_execute(context: ActionContext) -> Result:
     data = dict(context.input)
-    record = store.application_register(key=context.idempotency_key,
-                                        applicant=data["applicant_name"],
-                                        parcel_id=data["parcel_id"], data=data)
+    record = store.application_register(
+        key=context.idempotency_key,
+        applicant=data["applicant_name"],
+        parcel_id=data["parcel_id"],
+        data=data,
+    )
     return _registered(record)
 
 
 def _registered(record: Mapping[str, Any]) -> Succeeded:
-    return Succeeded({"application_id": record["application_id"],
-                      "registered_at": record["registered_at"]})
+    return Succeeded(
+        {"application_id": record["application_id"], "registered_at": record["registered_at"]}
+    )
 
 
 def _register_reconcile(context: ActionContext) -> Result:
@@ -84,11 +98,16 @@ register_application = ActionDefinition(
     name="demo.register_application",
     recovery_mode="non_atomic",
     title="Register the application in the municipal registry",
-    input_schema=_schema({
-        "applicant_name": TEXT, "applicant_email": TEXT, "parcel_id": TEXT, "address": TEXT,
-        "project": {"type": "string", "minLength": 1, "maxLength": 1000},
-        "floor_area_m2": {"type": "integer", "minimum": 1, "maximum": 100000},
-    }),
+    input_schema=_schema(
+        {
+            "applicant_name": TEXT,
+            "applicant_email": TEXT,
+            "parcel_id": TEXT,
+            "address": TEXT,
+            "project": {"type": "string", "minLength": 1, "maxLength": 1000},
+            "floor_area_m2": {"type": "integer", "minimum": 1, "maximum": 100000},
+        }
+    ),
     preview=_register_preview,
     execute=_register_execute,
     reconcile=_register_reconcile,
@@ -101,7 +120,8 @@ register_application = ActionDefinition(
             automatic=lambda c: _finding(
                 store.application_find(c.idempotency_key),
                 "Found {application_id}, registered at {registered_at}, under this step's key.",
-                "No application in the registry carries this step's idempotency key."),
+                "No application in the registry carries this step's idempotency key.",
+            ),
         ),
         VerificationCheck(
             "no-duplicate",
@@ -124,26 +144,40 @@ def _money(cents: int, currency: str) -> str:
 def _fee_preview(data: Mapping[str, Any]) -> dict[str, Any]:
     amount = _money(data["amount_cents"], data["currency"])
     return {
-        "summary": (f"Ask {data['payer']} to pay the permit fee of {amount} for application "
-                    f"{data['application_id']}; the step waits until the payment is in."),
+        "summary": (
+            f"Ask {data['payer']} to pay the permit fee of {amount} for application "
+            f"{data['application_id']}; the step waits until the payment is in."
+        ),
         "system": "payment provider (demo)",
-        "writes": {"table": "payments", "application_id": data["application_id"],
-                   "amount_cents": data["amount_cents"], "currency": data["currency"]},
+        "writes": {
+            "table": "payments",
+            "application_id": data["application_id"],
+            "amount_cents": data["amount_cents"],
+            "currency": data["currency"],
+        },
         "if_repeated": "the existing payment request is reused; the citizen pays once",
     }
 
 
 def _paid(record: Mapping[str, Any]) -> Succeeded:
-    return Succeeded({"payment_reference": record["payment_reference"],
-                      "amount_cents": record["amount_cents"], "currency": record["currency"],
-                      "paid_at": record["paid_at"]})
+    return Succeeded(
+        {
+            "payment_reference": record["payment_reference"],
+            "amount_cents": record["amount_cents"],
+            "currency": record["currency"],
+            "paid_at": record["paid_at"],
+        }
+    )
 
 
 def _fee_execute(context: ActionContext) -> Result:
     data = context.input
-    record = store.payment_request(key=context.idempotency_key,
-                                   application_id=data["application_id"],
-                                   amount_cents=data["amount_cents"], currency=data["currency"])
+    record = store.payment_request(
+        key=context.idempotency_key,
+        application_id=data["application_id"],
+        amount_cents=data["amount_cents"],
+        currency=data["currency"],
+    )
     if record["status"] == "paid":  # a repeated dispatch after the citizen paid
         return _paid(record)
     return Pending(poll_after=POLL_AFTER)
@@ -168,11 +202,14 @@ collect_fee = ActionDefinition(
     name="demo.collect_fee",
     recovery_mode="non_atomic",
     title="Collect the permit fee",
-    input_schema=_schema({
-        "application_id": TEXT, "payer": TEXT,
-        "amount_cents": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
-        "currency": {"enum": ["EUR"]},
-    }),
+    input_schema=_schema(
+        {
+            "application_id": TEXT,
+            "payer": TEXT,
+            "amount_cents": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+            "currency": {"enum": ["EUR"]},
+        }
+    ),
     preview=_fee_preview,
     execute=_fee_execute,
     poll=_fee_poll,
@@ -185,7 +222,8 @@ collect_fee = ActionDefinition(
             automatic=lambda c: _finding(
                 store.payment_find(c.idempotency_key),
                 "Payment request {payment_reference} is {status} ({polls} status checks).",
-                "No payment request carries this step's idempotency key."),
+                "No payment request carries this step's idempotency key.",
+            ),
         ),
         VerificationCheck(
             "bank-statement",
@@ -203,8 +241,12 @@ def _note_preview(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "summary": f"Add a '{data['kind']}' note to the case file of {data['subject']}.",
         "system": "GovFlow database (same transaction as the step)",
-        "writes": {"table": "govflow_demo_decisionnote", "subject": data["subject"],
-                   "kind": data["kind"], "text": data["text"]},
+        "writes": {
+            "table": "govflow_demo_decisionnote",
+            "subject": data["subject"],
+            "kind": data["kind"],
+            "text": data["text"],
+        },
     }
 
 
@@ -213,9 +255,13 @@ def _note_execute(context: ActionContext) -> Result:
 
     note, _ = DecisionNote.objects.get_or_create(
         idempotency_key=context.idempotency_key,
-        defaults={"instance_id": context.instance_id, "step_id": context.step_id,
-                  "subject": context.input["subject"], "kind": context.input["kind"],
-                  "text": context.input["text"]},
+        defaults={
+            "instance_id": context.instance_id,
+            "step_id": context.step_id,
+            "subject": context.input["subject"],
+            "kind": context.input["kind"],
+            "text": context.input["text"],
+        },
     )
     return Succeeded({"note_id": note.pk, "kind": note.kind})
 
@@ -224,11 +270,13 @@ record_decision_note = ActionDefinition(
     name="demo.record_decision_note",
     recovery_mode="atomic",
     title="Record a note in the case file",
-    input_schema=_schema({
-        "subject": TEXT,
-        "kind": {"enum": ["neighbour_notice", "rejection", "correction", "remark"]},
-        "text": {"type": "string", "minLength": 1, "maxLength": 4000},
-    }),
+    input_schema=_schema(
+        {
+            "subject": TEXT,
+            "kind": {"enum": ["neighbour_notice", "rejection", "correction", "remark"]},
+            "text": {"type": "string", "minLength": 1, "maxLength": 4000},
+        }
+    ),
     preview=_note_preview,
     execute=_note_execute,
 )
@@ -239,8 +287,10 @@ record_decision_note = ActionDefinition(
 
 def _restore_preview(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "summary": (f"Restore the registry record of parcel {data['parcel_id']} from the "
-                    f"pinned snapshot, because: {data['reason']}"),
+        "summary": (
+            f"Restore the registry record of parcel {data['parcel_id']} from the "
+            f"pinned snapshot, because: {data['reason']}"
+        ),
         "system": "municipal registry (demo)",
         "writes": {"table": "parcel_restorations", "parcel_id": data["parcel_id"]},
         "overwrites": "every change to the parcel record made after the snapshot",
@@ -249,31 +299,44 @@ def _restore_preview(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _restore_execute(context: ActionContext) -> Result:
     if not context.backup_ref:
-        return Failed("no backup reference is pinned on this step; nothing was restored",
-                      permanent=True)
-    record = store.parcel_restore(key=context.idempotency_key,
-                                  parcel_id=context.input["parcel_id"],
-                                  backup_ref=context.backup_ref, reason=context.input["reason"])
+        return Failed(
+            "no backup reference is pinned on this step; nothing was restored", permanent=True
+        )
+    record = store.parcel_restore(
+        key=context.idempotency_key,
+        parcel_id=context.input["parcel_id"],
+        backup_ref=context.backup_ref,
+        reason=context.input["reason"],
+    )
     return _restored(record)
 
 
 def _restored(record: Mapping[str, Any]) -> Succeeded:
-    return Succeeded({"parcel_id": record["parcel_id"], "restored_from": record["backup_ref"],
-                      "restored_at": record["restored_at"]})
+    return Succeeded(
+        {
+            "parcel_id": record["parcel_id"],
+            "restored_from": record["backup_ref"],
+            "restored_at": record["restored_at"],
+        }
+    )
 
 
 def _restore_reconcile(context: ActionContext) -> Result:
     record = store.restoration_find(context.idempotency_key)
-    return _restored(record) if record else Unknown(
-        "the registry holds no restoration under this idempotency key")
+    return (
+        _restored(record)
+        if record
+        else Unknown("the registry holds no restoration under this idempotency key")
+    )
 
 
 restore_parcel_snapshot = ActionDefinition(
     name="demo.restore_parcel_snapshot",
     recovery_mode="snapshot_restore",
     title="Restore a parcel record from a registry snapshot",
-    input_schema=_schema({"parcel_id": TEXT,
-                          "reason": {"type": "string", "minLength": 1, "maxLength": 1000}}),
+    input_schema=_schema(
+        {"parcel_id": TEXT, "reason": {"type": "string", "minLength": 1, "maxLength": 1000}}
+    ),
     preview=_restore_preview,
     execute=_restore_execute,
     reconcile=_restore_reconcile,
@@ -285,7 +348,8 @@ restore_parcel_snapshot = ActionDefinition(
             automatic=lambda c: _finding(
                 store.restoration_find(c.idempotency_key),
                 "Parcel {parcel_id} was restored from {backup_ref} at {restored_at}.",
-                "No restoration carries this step's idempotency key."),
+                "No restoration carries this step's idempotency key.",
+            ),
         ),
     ),
 )
@@ -296,45 +360,59 @@ restore_parcel_snapshot = ActionDefinition(
 
 def _permit_preview(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "summary": (f"Issue the building permit for application {data['application_id']} to "
-                    f"{data['holder']} (parcel {data['parcel_id']}), approved by "
-                    f"{data['approved_by']}. A permit cannot be withdrawn by the system."),
+        "summary": (
+            f"Issue the building permit for application {data['application_id']} to "
+            f"{data['holder']} (parcel {data['parcel_id']}), approved by "
+            f"{data['approved_by']}. A permit cannot be withdrawn by the system."
+        ),
         "system": "municipal registry (demo)",
-        "writes": {"table": "permits", "application_id": data["application_id"],
-                   "holder": data["holder"], "parcel_id": data["parcel_id"]},
+        "writes": {
+            "table": "permits",
+            "application_id": data["application_id"],
+            "holder": data["holder"],
+            "parcel_id": data["parcel_id"],
+        },
         "irreversible": True,
     }
 
 
 def _permit_execute(context: ActionContext) -> Result:
     if not context.approval_ref:
-        return Failed("no approval reference is pinned on this step; no permit was issued",
-                      permanent=True)
+        return Failed(
+            "no approval reference is pinned on this step; no permit was issued", permanent=True
+        )
     data = context.input
-    record = store.permit_issue(key=context.idempotency_key,
-                                application_id=data["application_id"], holder=data["holder"],
-                                parcel_id=data["parcel_id"], approval_ref=context.approval_ref,
-                                approved_by=data["approved_by"])
+    record = store.permit_issue(
+        key=context.idempotency_key,
+        application_id=data["application_id"],
+        holder=data["holder"],
+        parcel_id=data["parcel_id"],
+        approval_ref=context.approval_ref,
+        approved_by=data["approved_by"],
+    )
     return _issued(record)
 
 
 def _issued(record: Mapping[str, Any]) -> Succeeded:
-    return Succeeded({"permit_number": record["permit_number"],
-                      "issued_at": record["issued_at"]})
+    return Succeeded({"permit_number": record["permit_number"], "issued_at": record["issued_at"]})
 
 
 def _permit_reconcile(context: ActionContext) -> Result:
     record = store.permit_find(context.idempotency_key)
-    return _issued(record) if record else Unknown(
-        "the registry holds no permit under this idempotency key")
+    return (
+        _issued(record)
+        if record
+        else Unknown("the registry holds no permit under this idempotency key")
+    )
 
 
 issue_permit = ActionDefinition(
     name="demo.issue_permit",
     recovery_mode="irreversible",
     title="Issue the building permit",
-    input_schema=_schema({"application_id": TEXT, "holder": TEXT, "parcel_id": TEXT,
-                          "approved_by": TEXT}),
+    input_schema=_schema(
+        {"application_id": TEXT, "holder": TEXT, "parcel_id": TEXT, "approved_by": TEXT}
+    ),
     preview=_permit_preview,
     execute=_permit_execute,
     reconcile=_permit_reconcile,
@@ -346,10 +424,16 @@ issue_permit = ActionDefinition(
             automatic=lambda c: _finding(
                 store.permit_find(c.idempotency_key),
                 "Permit {permit_number} was issued at {issued_at} under this step's key.",
-                "No permit carries this step's idempotency key."),
+                "No permit carries this step's idempotency key.",
+            ),
         ),
     ),
 )
 
-ALL = (register_application, collect_fee, record_decision_note, restore_parcel_snapshot,
-       issue_permit)
+ALL = (
+    register_application,
+    collect_fee,
+    record_decision_note,
+    restore_parcel_snapshot,
+    issue_permit,
+)

@@ -22,8 +22,9 @@ class DecisionNote(models.Model):
     instance_id = models.BigIntegerField(help_text="The workflow instance that wrote it.")
     step_id = models.CharField(max_length=100)
     idempotency_key = models.CharField(max_length=80, unique=True)
-    subject = models.CharField(max_length=100,
-                               help_text="The application or parcel the note is about.")
+    subject = models.CharField(
+        max_length=100, help_text="The application or parcel the note is about."
+    )
     kind = models.CharField(max_length=20, choices=NoteKind.choices)
     text = models.TextField()
     recorded_at = models.DateTimeField(auto_now_add=True)

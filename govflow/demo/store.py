@@ -108,8 +108,7 @@ def _transaction() -> Iterator[sqlite3.Connection]:
 def _one(table: str, key: str) -> dict[str, Any] | None:
     conn = _connect()
     try:
-        row = conn.execute(f"SELECT * FROM {table} WHERE idempotency_key = ?",
-                           (key,)).fetchone()
+        row = conn.execute(f"SELECT * FROM {table} WHERE idempotency_key = ?", (key,)).fetchone()
     finally:
         conn.close()
     return dict(row) if row else None
@@ -118,18 +117,21 @@ def _one(table: str, key: str) -> dict[str, Any] | None:
 def _numbered(conn, table: str, column: str, prefix: str, key: str) -> dict[str, Any]:
     """Give a freshly inserted row its human-readable number, then return the row."""
     year = dt.datetime.now(dt.UTC).year
-    conn.execute(f"UPDATE {table} SET {column} = printf('%s-%d-%05d', ?, ?, seq) "
-                 f"WHERE idempotency_key = ? AND {column} IS NULL", (prefix, year, key))
-    row = conn.execute(f"SELECT * FROM {table} WHERE idempotency_key = ?",
-                       (key,)).fetchone()
+    conn.execute(
+        f"UPDATE {table} SET {column} = printf('%s-%d-%05d', ?, ?, seq) "
+        f"WHERE idempotency_key = ? AND {column} IS NULL",
+        (prefix, year, key),
+    )
+    row = conn.execute(f"SELECT * FROM {table} WHERE idempotency_key = ?", (key,)).fetchone()
     return dict(row)
 
 
 # -- applications ----------------------------------------------------------------------
 
 
-def application_register(*, key: str, applicant: str, parcel_id: str,
-                         data: dict[str, Any]) -> dict[str, Any]:
+def application_register(
+    *, key: str, applicant: str, parcel_id: str, data: dict[str, Any]
+) -> dict[str, Any]:
     """Register an application once per idempotency key; a repeat returns the first one."""
     with _transaction() as conn:
         conn.execute(
@@ -147,8 +149,9 @@ def application_find(key: str) -> dict[str, Any] | None:
 # -- payments --------------------------------------------------------------------------
 
 
-def payment_request(*, key: str, application_id: str, amount_cents: int,
-                    currency: str) -> dict[str, Any]:
+def payment_request(
+    *, key: str, application_id: str, amount_cents: int, currency: str
+) -> dict[str, Any]:
     """Create a payment request once per idempotency key (the citizen pays later)."""
     with _transaction() as conn:
         conn.execute(
@@ -162,27 +165,30 @@ def payment_request(*, key: str, application_id: str, amount_cents: int,
 def payment_check(key: str) -> dict[str, Any] | None:
     """Look at a payment request; the demo citizen pays once it has been asked twice."""
     with _transaction() as conn:
-        row = conn.execute("SELECT * FROM payments WHERE idempotency_key = ?",
-                           (key,)).fetchone()
+        row = conn.execute("SELECT * FROM payments WHERE idempotency_key = ?", (key,)).fetchone()
         if row is None:
             return None
         if row["status"] == "requested":
             polls = row["polls"] + 1
             paid = polls >= PAID_AFTER_POLLS
-            conn.execute("UPDATE payments SET polls = ?, status = ?, paid_at = ? "
-                         "WHERE idempotency_key = ?",
-                         (polls, "paid" if paid else "requested", _now() if paid else None,
-                          key))
-            row = conn.execute("SELECT * FROM payments WHERE idempotency_key = ?",
-                               (key,)).fetchone()
+            conn.execute(
+                "UPDATE payments SET polls = ?, status = ?, paid_at = ? WHERE idempotency_key = ?",
+                (polls, "paid" if paid else "requested", _now() if paid else None, key),
+            )
+            row = conn.execute(
+                "SELECT * FROM payments WHERE idempotency_key = ?", (key,)
+            ).fetchone()
         return dict(row)
 
 
 def payment_mark_paid(key: str) -> bool:
     """What the payment provider's callback would do (tests and impatient demos)."""
     with _transaction() as conn:
-        cur = conn.execute("UPDATE payments SET status = 'paid', paid_at = ? "
-                           "WHERE idempotency_key = ? AND status = 'requested'", (_now(), key))
+        cur = conn.execute(
+            "UPDATE payments SET status = 'paid', paid_at = ? "
+            "WHERE idempotency_key = ? AND status = 'requested'",
+            (_now(), key),
+        )
         return cur.rowcount == 1
 
 
@@ -201,8 +207,9 @@ def parcel_restore(*, key: str, parcel_id: str, backup_ref: str, reason: str) ->
             "reason, restored_at) VALUES (?, ?, ?, ?, ?)",
             (key, parcel_id, backup_ref, reason, _now()),
         )
-        row = conn.execute("SELECT * FROM parcel_restorations WHERE idempotency_key = ?",
-                           (key,)).fetchone()
+        row = conn.execute(
+            "SELECT * FROM parcel_restorations WHERE idempotency_key = ?", (key,)
+        ).fetchone()
         return dict(row)
 
 
@@ -210,8 +217,15 @@ def restoration_find(key: str) -> dict[str, Any] | None:
     return _one("parcel_restorations", key)
 
 
-def permit_issue(*, key: str, application_id: str, holder: str, parcel_id: str,
-                 approval_ref: str, approved_by: str) -> dict[str, Any]:
+def permit_issue(
+    *,
+    key: str,
+    application_id: str,
+    holder: str,
+    parcel_id: str,
+    approval_ref: str,
+    approved_by: str,
+) -> dict[str, Any]:
     """Issue a permit once per idempotency key; a repeat returns the permit already issued."""
     with _transaction() as conn:
         conn.execute(
@@ -234,9 +248,13 @@ def records_for(application_id: str) -> dict[str, list[dict[str, Any]]]:
     conn = _connect()
     try:
         return {
-            table: [dict(r) for r in conn.execute(
-                f"SELECT * FROM {table} WHERE application_id = ? ORDER BY seq",
-                (application_id,))]
+            table: [
+                dict(r)
+                for r in conn.execute(
+                    f"SELECT * FROM {table} WHERE application_id = ? ORDER BY seq",
+                    (application_id,),
+                )
+            ]
             for table in ("applications", "payments", "permits")
         }
     finally:

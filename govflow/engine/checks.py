@@ -19,7 +19,7 @@ def check_definitions_resolve(app_configs, **kwargs):
         checks.Warning(
             f"Published definition {key} v{version} no longer resolves: {problem}",
             hint="Reinstall the provider app that registers its actions. Its instances are "
-                 "blocked with this reason until then.",
+            "blocked with this reason until then.",
             id="engine.W001",
         )
         for key, version, problem in broken

@@ -95,20 +95,24 @@ def _check_mapping(where: str, name: str, value: Any, problems: list[str]) -> No
     for key, item in value.items():
         if name == "input" and isinstance(item, dict):
             if set(item) != {"value"}:
-                problems.append(f"{where}: input '{key}' must be a variable path or "
-                                "{\"value\": literal}.")
+                problems.append(
+                    f"{where}: input '{key}' must be a variable path or {{\"value\": literal}}."
+                )
             continue
         if not isinstance(item, str) or not VAR_PATH.match(item):
-            problems.append(f"{where}: {name} '{key}' must be a dotted variable path such as "
-                            f"'applicant.name', not {item!r}.")
+            problems.append(
+                f"{where}: {name} '{key}' must be a dotted variable path such as "
+                f"'applicant.name', not {item!r}."
+            )
         if name == "output" and not VAR_PATH.match(str(key)):
             problems.append(f"{where}: output variable name {key!r} is not a valid name.")
 
 
 def _check_condition(where: str, cond: Any, problems: list[str]) -> None:
     if not isinstance(cond, dict) or not cond:
-        problems.append(f"{where}: a condition is an object such as "
-                        "{\"var\": \"fee\", \"op\": \"gt\", \"value\": 100}.")
+        problems.append(
+            f'{where}: a condition is an object such as {{"var": "fee", "op": "gt", "value": 100}}.'
+        )
         return
     if set(cond) in ({"all"}, {"any"}):
         items = next(iter(cond.values()))
@@ -127,8 +131,9 @@ def _check_condition(where: str, cond: Any, problems: list[str]) -> None:
     if not isinstance(cond["var"], str) or not VAR_PATH.match(cond["var"]):
         problems.append(f"{where}: condition variable {cond['var']!r} is not a variable path.")
     if not isinstance(cond["op"], str) or cond["op"] not in OPS:
-        problems.append(f"{where}: unknown operator {cond['op']!r}; use one of "
-                        f"{', '.join(sorted(OPS))}.")
+        problems.append(
+            f"{where}: unknown operator {cond['op']!r}; use one of {', '.join(sorted(OPS))}."
+        )
     elif cond["op"] not in {"exists", "truthy"} and "value" not in cond:
         problems.append(f"{where}: operator {cond['op']!r} needs a 'value'.")
 
@@ -139,14 +144,17 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
         return None
     node_id = node.get("id")
     if not isinstance(node_id, str) or not NODE_ID.match(node_id):
-        problems.append(f"nodes[{index}]: id {node_id!r} must start with a letter and contain "
-                        "only letters, digits, '-' or '_'.")
+        problems.append(
+            f"nodes[{index}]: id {node_id!r} must start with a letter and contain "
+            "only letters, digits, '-' or '_'."
+        )
         return None
     where = f"node '{node_id}'"
     kind = node.get("type")
     if not isinstance(kind, str) or kind not in NODE_FIELDS:
-        problems.append(f"{where}: unknown node type {kind!r}; use one of "
-                        f"{', '.join(sorted(NODE_FIELDS))}.")
+        problems.append(
+            f"{where}: unknown node type {kind!r}; use one of {', '.join(sorted(NODE_FIELDS))}."
+        )
         return None
     required, optional = NODE_FIELDS[kind]
     present = set(node) - {"id", "type", "title"}
@@ -157,47 +165,73 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
     for name in ("input", "output"):
         if name in node:
             _check_mapping(where, name, node[name], problems)
-    if kind == "action" and "action" in node and not (
-            isinstance(node["action"], str) and node["action"]):
-        problems.append(f"{where}: 'action' must be the name of a registered action, such as "
-                        "'permits.register_application'.")
+    if (
+        kind == "action"
+        and "action" in node
+        and not (isinstance(node["action"], str) and node["action"])
+    ):
+        problems.append(
+            f"{where}: 'action' must be the name of a registered action, such as "
+            "'permits.register_application'."
+        )
     if kind == "action" and isinstance(node.get("action"), str) and registry is not None:
         action = registry.get(node["action"])
         if action is None:
-            problems.append(f"{where}: no installed provider registers action "
-                            f"{node['action']!r}. Install its module or fix the name.")
-        elif action.gated_by and not (isinstance(node.get(action.gated_by), str)
-                                      and node[action.gated_by].strip()):
-            problems.append(f"{where}: action {action.name!r} is {action.recovery_mode} and "
-                            f"needs a pinned '{action.gated_by}' on the node.")
+            problems.append(
+                f"{where}: no installed provider registers action "
+                f"{node['action']!r}. Install its module or fix the name."
+            )
+        elif action.gated_by and not (
+            isinstance(node.get(action.gated_by), str) and node[action.gated_by].strip()
+        ):
+            problems.append(
+                f"{where}: action {action.name!r} is {action.recovery_mode} and "
+                f"needs a pinned '{action.gated_by}' on the node."
+            )
     if kind == "timer":
         has = [f for f in ("duration", "at") if f in node]
         if len(has) != 1:
-            problems.append(f"{where}: a timer needs exactly one of 'duration' (ISO 8601, e.g. "
-                            "PT10M) or 'at' (ISO 8601 date-time with a UTC offset).")
+            problems.append(
+                f"{where}: a timer needs exactly one of 'duration' (ISO 8601, e.g. "
+                "PT10M) or 'at' (ISO 8601 date-time with a UTC offset)."
+            )
         elif has == ["duration"]:
-            parsed = parse_duration(str(node["duration"])) if isinstance(
-                node["duration"], str) else None
+            parsed = (
+                parse_duration(str(node["duration"])) if isinstance(node["duration"], str) else None
+            )
             # parse_duration also takes "P" and "PT" (zero) and non-ISO forms: refuse them.
-            if parsed is None or not str(node["duration"]).startswith("P") or \
-                    str(node["duration"])[-1] in "PT" or parsed.total_seconds() < 0:
-                problems.append(f"{where}: duration {node['duration']!r} is not an ISO 8601 "
-                                "duration such as PT30S or P2D.")
+            if (
+                parsed is None
+                or not str(node["duration"]).startswith("P")
+                or str(node["duration"])[-1] in "PT"
+                or parsed.total_seconds() < 0
+            ):
+                problems.append(
+                    f"{where}: duration {node['duration']!r} is not an ISO 8601 "
+                    "duration such as PT30S or P2D."
+                )
             elif parsed > MAX_TIMER:
-                problems.append(f"{where}: duration {node['duration']!r} is longer than 100 "
-                                "years; use an 'at' date-time if you really mean it.")
+                problems.append(
+                    f"{where}: duration {node['duration']!r} is longer than 100 "
+                    "years; use an 'at' date-time if you really mean it."
+                )
         else:
             moment = parse_datetime(node["at"]) if isinstance(node["at"], str) else None
             if moment is None or moment.tzinfo is None:
-                problems.append(f"{where}: 'at' {node['at']!r} must be an ISO 8601 date-time "
-                                "with a UTC offset, e.g. 2027-01-31T09:00:00+01:00.")
+                problems.append(
+                    f"{where}: 'at' {node['at']!r} must be an ISO 8601 date-time "
+                    "with a UTC offset, e.g. 2027-01-31T09:00:00+01:00."
+                )
     if kind == "trigger":
         if not isinstance(node.get("message"), str) or not node.get("message"):
             problems.append(f"{where}: 'message' must be a non-empty message name.")
         if not isinstance(node.get("correlation"), str) or not VAR_PATH.match(
-                node.get("correlation") or ""):
-            problems.append(f"{where}: 'correlation' must be the variable path whose value "
-                            "identifies the awaited message.")
+            node.get("correlation") or ""
+        ):
+            problems.append(
+                f"{where}: 'correlation' must be the variable path whose value "
+                "identifies the awaited message."
+            )
     if kind == "external" and (not isinstance(node.get("topic"), str) or not node["topic"]):
         problems.append(f"{where}: 'topic' must be a non-empty topic name.")
     if kind == "approval" and not PERMISSION.match(str(node.get("permission", ""))):
@@ -213,18 +247,23 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
     """
     problems: list[str] = []
     if not isinstance(document, dict):
-        raise DefinitionInvalid(["A definition is a JSON object with key, version, title, "
-                                 "nodes and transitions."])
+        raise DefinitionInvalid(
+            ["A definition is a JSON object with key, version, title, nodes and transitions."]
+        )
     try:
         canonical_bytes(document)
     except CanonicalError as exc:
         raise DefinitionInvalid([str(exc)]) from None
-    for extra in sorted(set(document) - {"key", "version", "title", "nodes", "transitions",
-                                          "variables", "description"}):
+    for extra in sorted(
+        set(document)
+        - {"key", "version", "title", "nodes", "transitions", "variables", "description"}
+    ):
         problems.append(f"'{extra}' is not a field of a definition.")
     if not isinstance(document.get("key"), str) or not KEY.match(document.get("key", "")):
-        problems.append("'key' must be namespaced lowercase words separated by dots, e.g. "
-                        "'permits.building_permit'.")
+        problems.append(
+            "'key' must be namespaced lowercase words separated by dots, e.g. "
+            "'permits.building_permit'."
+        )
     version = document.get("version")
     if type(version) is not int or version < 1:
         problems.append("'version' must be a positive integer.")
@@ -256,25 +295,34 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
     incoming: dict[str, list[Transition]] = defaultdict(list)
     raw_transitions = document.get("transitions")
     if not isinstance(raw_transitions, list):
-        problems.append("'transitions' must be a list of {\"from\", \"to\"} objects.")
+        problems.append('\'transitions\' must be a list of {"from", "to"} objects.')
         raw_transitions = []
     for index, item in enumerate(raw_transitions):
         where = f"transitions[{index}]"
-        if not isinstance(item, dict) or not {"from", "to"} <= set(item) or not set(item) <= {
-                "from", "to", "when", "default"}:
-            problems.append(f"{where}: a transition is {{\"from\", \"to\"}} with an optional "
-                            "'when' condition or 'default': true.")
+        if (
+            not isinstance(item, dict)
+            or not {"from", "to"} <= set(item)
+            or not set(item) <= {"from", "to", "when", "default"}
+        ):
+            problems.append(
+                f'{where}: a transition is {{"from", "to"}} with an optional '
+                "'when' condition or 'default': true."
+            )
             continue
         source, target = item["from"], item["to"]
         if "default" in item and not isinstance(item["default"], bool):
-            problems.append(f"{where}: 'default' must be true or false, not "
-                            f"{item['default']!r}.")
+            problems.append(f"{where}: 'default' must be true or false, not {item['default']!r}.")
         for end, name in (("from", source), ("to", target)):
             if not (isinstance(name, str) and (name in nodes or name in unusable)):
-                problems.append(f"{where}: '{end}' names {name!r}, which is not a node "
-                                "(dangling transition).")
-        if not isinstance(source, str) or not isinstance(target, str) or \
-                source not in nodes or target not in nodes:
+                problems.append(
+                    f"{where}: '{end}' names {name!r}, which is not a node (dangling transition)."
+                )
+        if (
+            not isinstance(source, str)
+            or not isinstance(target, str)
+            or source not in nodes
+            or target not in nodes
+        ):
             continue
         transition = Transition(source, target, item.get("when"), item.get("default") is True)
         if transition.when is not None:
@@ -287,7 +335,9 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
         raise DefinitionInvalid(problems)
     start = next(n for n, node in nodes.items() if node["type"] == "start")
     return Spec(
-        document=document, nodes=nodes, start=start,
+        document=document,
+        nodes=nodes,
+        start=start,
         outgoing={n: tuple(outgoing.get(n, ())) for n in nodes},
         incoming={n: tuple(incoming.get(n, ())) for n in nodes},
     )
@@ -318,8 +368,9 @@ def _check_graph(nodes, outgoing, incoming, problems: list[str]) -> None:
         if kind == "end" and out:
             problems.append(f"{where}: an end node has no outgoing transitions.")
         if kind not in {"end", "exclusive", "parallel_split"} and len(out) != 1:
-            problems.append(f"{where}: a {kind} node needs exactly one outgoing transition "
-                            f"(found {len(out)}).")
+            problems.append(
+                f"{where}: a {kind} node needs exactly one outgoing transition (found {len(out)})."
+            )
         if kind != "exclusive" and any(t.when is not None or t.default for t in out):
             problems.append(f"{where}: only exclusive gateways have conditional transitions.")
         if kind == "exclusive":
@@ -330,8 +381,10 @@ def _check_graph(nodes, outgoing, incoming, problems: list[str]) -> None:
                 problems.append(f"{where}: at most one default transition.")
             for t in out:
                 if not t.default and t.when is None:
-                    problems.append(f"{where}: transition to '{t.target}' needs a 'when' "
-                                    "condition or 'default': true.")
+                    problems.append(
+                        f"{where}: transition to '{t.target}' needs a 'when' "
+                        "condition or 'default': true."
+                    )
         if kind == "parallel_split" and len(out) < 2:
             problems.append(f"{where}: a parallel split needs at least two branches.")
         if kind == "parallel_join" and len(into) < 2:
@@ -346,18 +399,25 @@ def _check_graph(nodes, outgoing, incoming, problems: list[str]) -> None:
             continue
         sources = {t.source for t in incoming.get(node_id, [])}
         if not any(sources <= _reachable(split, outgoing) for split in splits):
-            problems.append(f"node '{node_id}': a parallel join without its parallel split "
-                            "(no split leads to every incoming branch).")
+            problems.append(
+                f"node '{node_id}': a parallel join without its parallel split "
+                "(no split leads to every incoming branch)."
+            )
     loop = _pass_through_loop(nodes, outgoing)
     if loop:
-        problems.append(f"nodes {' → '.join(loop)} form a loop of gateways with no step, "
-                        "timer or wait in between; an instance would go round it forever.")
+        problems.append(
+            f"nodes {' → '.join(loop)} form a loop of gateways with no step, "
+            "timer or wait in between; an instance would go round it forever."
+        )
 
 
 def _pass_through_loop(nodes, outgoing) -> list[str]:
     """A cycle of nodes a token passes straight through (the router follows them at once)."""
-    through = {n for n, node in nodes.items()
-               if node["type"] in {"exclusive", "parallel_split", "parallel_join"}}
+    through = {
+        n
+        for n, node in nodes.items()
+        if node["type"] in {"exclusive", "parallel_split", "parallel_join"}
+    }
     state: dict[str, int] = {}  # 1 on the current path, 2 done
 
     def visit(node_id: str, path: list[str]) -> list[str]:
@@ -367,7 +427,7 @@ def _pass_through_loop(nodes, outgoing) -> list[str]:
             if t.target not in through:
                 continue
             if state.get(t.target) == 1:
-                return [*path[path.index(t.target):], t.target]
+                return [*path[path.index(t.target) :], t.target]
             if t.target not in state:
                 found = visit(t.target, path)
                 if found:

@@ -18,7 +18,10 @@ class Definition(models.Model):
     source = models.CharField(max_length=300, blank=True, default="")
     published_at = models.DateTimeField()
     published_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
         related_name="+",
     )
 
@@ -50,12 +53,14 @@ class Instance(models.Model):
     tenant = models.CharField(max_length=100)
     variables = models.JSONField(default=dict)
     access = models.JSONField(default=dict, help_text="Access context the steps run under.")
-    status = models.CharField(max_length=12, choices=InstanceStatus.choices,
-                              default=InstanceStatus.RUNNING)
+    status = models.CharField(
+        max_length=12, choices=InstanceStatus.choices, default=InstanceStatus.RUNNING
+    )
     reason = models.TextField(blank=True, default="")
     next_ordinal = models.PositiveIntegerField(default=1)
-    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.PROTECT, related_name="+")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -105,8 +110,9 @@ class Token(models.Model):
     wait_kind = models.CharField(max_length=10, choices=WaitKind.choices, blank=True, default="")
     wait_key = models.CharField(max_length=300, blank=True, default="")
     not_before = models.DateTimeField(null=True, blank=True)
-    payload = models.JSONField(null=True, blank=True,
-                               help_text="Data delivered to a waiting token, merged on advance.")
+    payload = models.JSONField(
+        null=True, blank=True, help_text="Data delivered to a waiting token, merged on advance."
+    )
     operation_key = models.CharField(max_length=80, blank=True, default="")
     idempotency_key = models.CharField(max_length=80, blank=True, default="")
     reason = models.TextField(blank=True, default="")
@@ -120,8 +126,11 @@ class Token(models.Model):
         ]
         indexes = [
             models.Index(fields=["state", "not_before"], name="engine_token_due"),
-            models.Index(fields=["wait_kind", "wait_key"], name="engine_token_wait",
-                         condition=Q(state="waiting")),
+            models.Index(
+                fields=["wait_kind", "wait_key"],
+                name="engine_token_wait",
+                condition=Q(state="waiting"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -154,16 +163,18 @@ class TriggerDelivery(models.Model):
     correlation = models.CharField(max_length=200)
     payload = models.JSONField(default=dict)
     state = models.CharField(max_length=10, default="received")
-    token = models.ForeignKey(Token, null=True, blank=True, on_delete=models.SET_NULL,
-                              related_name="deliveries")
+    token = models.ForeignKey(
+        Token, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
+    )
     consumer_fence = models.BigIntegerField(default=0)
     received_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "engine_trigger_delivery"
-        indexes = [models.Index(fields=["message", "correlation", "state"],
-                                name="engine_delivery_match")]
+        indexes = [
+            models.Index(fields=["message", "correlation", "state"], name="engine_delivery_match")
+        ]
 
     def __str__(self) -> str:
         return f"{self.message}:{self.correlation} ({self.state})"
@@ -173,8 +184,9 @@ class Incident(models.Model):
     """Something an operator must look at: a failed step, a blocked instance, a bad gate."""
 
     instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="incidents")
-    token = models.ForeignKey(Token, null=True, blank=True, on_delete=models.SET_NULL,
-                              related_name="+")
+    token = models.ForeignKey(
+        Token, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     kind = models.CharField(max_length=40)
     message = models.TextField()
     created_at = models.DateTimeField()

@@ -82,8 +82,10 @@ class ActionDefinition:
     @property
     def gated_by(self) -> str | None:
         """The node field an action of this mode must pin, if any (invariant I6)."""
-        return {RecoveryMode.SNAPSHOT_RESTORE: "backup_ref",
-                RecoveryMode.IRREVERSIBLE: "approval_ref"}.get(self.recovery_mode)
+        return {
+            RecoveryMode.SNAPSHOT_RESTORE: "backup_ref",
+            RecoveryMode.IRREVERSIBLE: "approval_ref",
+        }.get(self.recovery_mode)
 
 
 def validate_action(action: ActionDefinition) -> None:
@@ -94,8 +96,10 @@ def validate_action(action: ActionDefinition) -> None:
             "dots, e.g. 'permits.register_application'."
         )
     if action.recovery_mode not in RecoveryMode.values:
-        raise RegistryError(f"{where}: recovery_mode must be one of "
-                            f"{', '.join(RecoveryMode.values)}, not {action.recovery_mode!r}.")
+        raise RegistryError(
+            f"{where}: recovery_mode must be one of "
+            f"{', '.join(RecoveryMode.values)}, not {action.recovery_mode!r}."
+        )
     if not action.title or not isinstance(action.title, str):
         raise RegistryError(f"{where}: give it a title an operator can read.")
     for attr in ("preview", "execute"):
@@ -110,13 +114,16 @@ def validate_action(action: ActionDefinition) -> None:
     try:
         jsonschema.Draft202012Validator.check_schema(action.input_schema)
     except jsonschema.SchemaError as exc:
-        raise RegistryError(f"{where}: input_schema is not a valid JSON Schema: "
-                            f"{exc.message}") from None
+        raise RegistryError(
+            f"{where}: input_schema is not a valid JSON Schema: {exc.message}"
+        ) from None
     seen: set[str] = set()
     for check in action.checks:
         if not isinstance(check, VerificationCheck) or not CHECK_ID.match(check.id):
-            raise RegistryError(f"{where}: each check is a VerificationCheck with an id of "
-                                "lowercase letters, digits, '-' or '_'.")
+            raise RegistryError(
+                f"{where}: each check is a VerificationCheck with an id of "
+                "lowercase letters, digits, '-' or '_'."
+            )
         if check.id in seen:
             raise RegistryError(f"{where}: check id {check.id!r} appears twice.")
         if not check.instruction.strip():

@@ -17,8 +17,7 @@ def ensure_sweep_schedule(**kwargs) -> None:
 
     Schedule.objects.update_or_create(
         name=SCHEDULE_NAME,
-        defaults={"func": SWEEP, "schedule_type": Schedule.MINUTES, "minutes": 1,
-                  "repeats": -1},
+        defaults={"func": SWEEP, "schedule_type": Schedule.MINUTES, "minutes": 1, "repeats": -1},
     )
 
 

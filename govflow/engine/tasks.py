@@ -8,8 +8,13 @@ from .services.sweep import sweep_loop
 
 def advance(instance_id: int) -> dict:
     report = instance_run(instance_id=int(instance_id))
-    return {"instance": report.instance_id, "steps": report.steps, "status": report.status,
-            "skipped": report.skipped, "stale": report.stale}
+    return {
+        "instance": report.instance_id,
+        "steps": report.steps,
+        "status": report.status,
+        "skipped": report.skipped,
+        "stale": report.stale,
+    }
 
 
 def sweep() -> dict:

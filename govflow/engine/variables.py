@@ -46,8 +46,9 @@ def build_input(mapping: Mapping[str, Any], variables: Mapping[str, Any]) -> dic
     """Build an action's input from its node's mapping (variable paths or literals)."""
     result: dict[str, Any] = {}
     for name, source in mapping.items():
-        result[name] = copy.deepcopy(source["value"] if isinstance(source, dict)
-                                     else lookup(variables, source))
+        result[name] = copy.deepcopy(
+            source["value"] if isinstance(source, dict) else lookup(variables, source)
+        )
     return result
 
 
@@ -75,8 +76,9 @@ def _compare(op: str, left: Any, right: Any) -> bool:
             return left not in right
         if left is None:
             return False
-        return {"gt": left > right, "ge": left >= right, "lt": left < right,
-                "le": left <= right}[op]
+        return {"gt": left > right, "ge": left >= right, "lt": left < right, "le": left <= right}[
+            op
+        ]
     except TypeError:
         return False
 

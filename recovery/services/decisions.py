@@ -59,8 +59,9 @@ def decision_request(
         raise DecisionError(f"Unknown decision {kind!r}; use one of {', '.join(K.values)}.")
     rationale = (rationale or "").strip()
     if not rationale:
-        raise DecisionError("A decision needs a rationale: say what was checked and what it "
-                            "showed.")
+        raise DecisionError(
+            "A decision needs a rationale: say what was checked and what it showed."
+        )
     if kind != K.CANCEL and not evidence:
         raise DecisionError(
             f"'{K(kind).label}' needs at least one evidence file (for example the provider's "
@@ -70,8 +71,9 @@ def decision_request(
     checks = {str(k): str(v).strip() for k, v in (checks or {}).items()}
     missing = [c for c in required_checks if not checks.get(c)]
     if missing:
-        raise DecisionError(f"Answer the provider's verification checks first: "
-                            f"{', '.join(missing)}.")
+        raise DecisionError(
+            f"Answer the provider's verification checks first: {', '.join(missing)}."
+        )
     files = [validate_upload(upload) for upload in evidence]
     try:
         with transaction.atomic():
@@ -85,8 +87,12 @@ def decision_request(
                     f"only resolve an operation that is {' or '.join(sorted(allowed))}."
                 )
             decision = Decision.objects.create(
-                operation=operation, kind=kind, rationale=rationale, checks=checks,
-                requested_by=requested_by, requested_at=Now(),
+                operation=operation,
+                kind=kind,
+                rationale=rationale,
+                checks=checks,
+                requested_by=requested_by,
+                requested_at=Now(),
             )
             storage = evidence_storage()
             for item in files:
@@ -94,21 +100,31 @@ def decision_request(
                 if not storage.exists(path):
                     path = storage.save(path, item.content)
                 EvidenceFile.objects.create(
-                    decision=decision, file=path, fingerprint=item.fingerprint,
-                    size=item.size, content_type=item.content_type, name=item.name,
+                    decision=decision,
+                    file=path,
+                    fingerprint=item.fingerprint,
+                    size=item.size,
+                    content_type=item.content_type,
+                    name=item.name,
                     uploaded_at=Now(),
                 )
             subject = Subject(operation.subject_type, operation.subject_id)
             with connection.cursor() as cursor:
-                chain.append(cursor, subject, chain.read_head(cursor, subject),
-                             "decision.requested", {
-                                 "operation": operation.key, "decision": decision.pk,
-                                 "kind": str(kind), "requested_by": requested_by.pk,
-                                 "rationale_fp": fingerprint_value(FingerprintKind.INPUT,
-                                                                   rationale),
-                                 "checks_fp": fingerprint_value(FingerprintKind.INPUT, checks),
-                                 "evidence": sorted(f.fingerprint for f in files),
-                             })
+                chain.append(
+                    cursor,
+                    subject,
+                    chain.read_head(cursor, subject),
+                    "decision.requested",
+                    {
+                        "operation": operation.key,
+                        "decision": decision.pk,
+                        "kind": str(kind),
+                        "requested_by": requested_by.pk,
+                        "rationale_fp": fingerprint_value(FingerprintKind.INPUT, rationale),
+                        "checks_fp": fingerprint_value(FingerprintKind.INPUT, checks),
+                        "evidence": sorted(f.fingerprint for f in files),
+                    },
+                )
     except IntegrityError as exc:
         raise DecisionConflict(
             f"Operation {operation_key} already has a decision awaiting approval. Approve or "
@@ -141,8 +157,12 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
         _, target = DECIDABLE[decision.kind]
         operation = decision.operation
         subject = Subject(operation.subject_type, operation.subject_id)
-        extra = {"decision": decision.pk, "kind": str(decision.kind),
-                 "requested_by": decision.requested_by_id, "approved_by": approved_by.pk}
+        extra = {
+            "decision": decision.pk,
+            "kind": str(decision.kind),
+            "requested_by": decision.requested_by_id,
+            "approved_by": approved_by.pk,
+        }
         with connection.cursor() as cursor:
             # The operation may have been resolved since the request (e.g. by a provider
             # reconcile): its fact is final, so this decision must not overwrite it.
@@ -158,11 +178,23 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
             else:
                 head = chain.read_head(cursor, subject)
             if target is None:
-                chain.append(cursor, subject, head, "decision.approved",
-                             {"operation": operation.key, **extra})
+                chain.append(
+                    cursor,
+                    subject,
+                    head,
+                    "decision.approved",
+                    {"operation": operation.key, **extra},
+                )
             else:
-                transition(cursor, row, target, head=head, kind="decision.approved",
-                           fact_extra=extra, result_fp=row["result_fp"])
+                transition(
+                    cursor,
+                    row,
+                    target,
+                    head=head,
+                    kind="decision.approved",
+                    fact_extra=extra,
+                    result_fp=row["result_fp"],
+                )
     decision.refresh_from_db()
     return decision
 
@@ -178,10 +210,13 @@ def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
         if decision is None:
             raise DecisionError(f"No decision has id {decision_id}.")
         if decision.requested_by_id == rejected_by.pk:
-            raise DecisionError("The requester cannot reject their own decision; a second "
-                                "person decides.")
+            raise DecisionError(
+                "The requester cannot reject their own decision; a second person decides."
+            )
         changed = Decision.objects.filter(pk=decision_id, state=DecisionState.REQUESTED).update(
-            state=DecisionState.REJECTED, decided_by=rejected_by, decided_at=Now(),
+            state=DecisionState.REJECTED,
+            decided_by=rejected_by,
+            decided_at=Now(),
             decision_note=note,
         )
         if changed != 1:
@@ -189,8 +224,16 @@ def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
         operation = decision.operation
         subject = Subject(operation.subject_type, operation.subject_id)
         with connection.cursor() as cursor:
-            chain.append(cursor, subject, chain.read_head(cursor, subject), "decision.rejected",
-                         {"operation": operation.key, "decision": decision.pk,
-                          "rejected_by": rejected_by.pk})
+            chain.append(
+                cursor,
+                subject,
+                chain.read_head(cursor, subject),
+                "decision.rejected",
+                {
+                    "operation": operation.key,
+                    "decision": decision.pk,
+                    "rejected_by": rejected_by.pk,
+                },
+            )
     decision.refresh_from_db()
     return decision

@@ -21,8 +21,10 @@ def incident_open(*, verification: Verification) -> IntegrityIncident:
     try:
         with transaction.atomic():
             return IntegrityIncident.objects.create(
-                subject_type=subject.type, subject_id=subject.id,
-                position=verification.position, reason=verification.reason,
+                subject_type=subject.type,
+                subject_id=subject.id,
+                position=verification.position,
+                reason=verification.reason,
                 detected_at=Now(),
             )
     except IntegrityError:

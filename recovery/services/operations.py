@@ -55,8 +55,19 @@ SUCCESS = frozenset({S.SUCCEEDED, S.EFFECT_CONFIRMED})
 _OP = Operation._meta.db_table
 _INC = IntegrityIncident._meta.db_table
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_ROW = ("id", "key", "subject_type", "subject_id", "state", "revision", "result_fp", "fence",
-        "lease_key", "chain_seq", "input_fp")
+_ROW = (
+    "id",
+    "key",
+    "subject_type",
+    "subject_id",
+    "state",
+    "revision",
+    "result_fp",
+    "fence",
+    "lease_key",
+    "chain_seq",
+    "input_fp",
+)
 
 
 @dataclass(frozen=True)
@@ -107,9 +118,13 @@ def operation_record(
     the fingerprints and ``nonce``. Raises :class:`OperationExists` for a key already
     recorded and :class:`StaleFence` when the fence is no longer live.
     """
-    for name, value in (("definition_fp", definition_fp), ("input_fp", input_fp),
-                        ("preview_fp", preview_fp), ("access_fp", access_fp),
-                        ("idempotency_fp", idempotency_fp)):
+    for name, value in (
+        ("definition_fp", definition_fp),
+        ("input_fp", input_fp),
+        ("preview_fp", preview_fp),
+        ("access_fp", access_fp),
+        ("idempotency_fp", idempotency_fp),
+    ):
         _require_fp(name, value)
     if recovery_mode not in RecoveryMode.values:
         raise RecoveryValidationError(
@@ -122,8 +137,14 @@ def operation_record(
     if not isinstance(ordinal, int) or ordinal < 0:
         raise RecoveryValidationError("ordinal must be a non-negative integer.")
     state, recovery_mode = str(state), str(recovery_mode)
-    key = operation_key(definition_fp=definition_fp, step_id=step_id, action=action,
-                        input_fp=input_fp, nonce=nonce, compensation=compensation)
+    key = operation_key(
+        definition_fp=definition_fp,
+        step_id=step_id,
+        action=action,
+        input_fp=input_fp,
+        nonce=nonce,
+        compensation=compensation,
+    )
     d = dialect()
     fenced_sql, fenced_params = fence_condition(fence)
     with atomic(), connection.cursor() as cursor:
@@ -137,9 +158,25 @@ def operation_record(
                 "chain_seq, recorded_at, updated_at) "
                 "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
                 f"{d.now}, {d.now} WHERE {fenced_sql}",
-                [key, subject.type, subject.id, step_id, action, recovery_mode, definition_fp,
-                 input_fp, preview_fp, access_fp, idempotency_fp, fence.key, fence.fence,
-                 ordinal, state, seq, *fenced_params],
+                [
+                    key,
+                    subject.type,
+                    subject.id,
+                    step_id,
+                    action,
+                    recovery_mode,
+                    definition_fp,
+                    input_fp,
+                    preview_fp,
+                    access_fp,
+                    idempotency_fp,
+                    fence.key,
+                    fence.fence,
+                    ordinal,
+                    state,
+                    seq,
+                    *fenced_params,
+                ],
             )
         except IntegrityError as exc:
             raise OperationExists(
@@ -152,11 +189,21 @@ def operation_record(
                 "Nothing was recorded and nothing may be dispatched."
             )
         fact = {
-            "operation": key, "state": state, "revision": 1, "step": step_id,
-            "action": action, "mode": recovery_mode, "definition_fp": definition_fp,
-            "input_fp": input_fp, "preview_fp": preview_fp, "access_fp": access_fp,
-            "idempotency_fp": idempotency_fp, "result_fp": "", "lease": fence.key,
-            "fence": fence.fence, "ordinal": ordinal,
+            "operation": key,
+            "state": state,
+            "revision": 1,
+            "step": step_id,
+            "action": action,
+            "mode": recovery_mode,
+            "definition_fp": definition_fp,
+            "input_fp": input_fp,
+            "preview_fp": preview_fp,
+            "access_fp": access_fp,
+            "idempotency_fp": idempotency_fp,
+            "result_fp": "",
+            "lease": fence.key,
+            "fence": fence.fence,
+            "ordinal": ordinal,
         }
         chain.append(cursor, subject, head, "operation.recorded", fact)
     return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
@@ -242,15 +289,16 @@ def transition(
     seq = head.seq + 1
     revision = row["revision"] + 1
     conditions = ["id = %s", "state = %s", "revision = %s"]
-    params: list[Any] = [target, revision, result_fp, seq, row["id"], row["state"],
-                         row["revision"]]
+    params: list[Any] = [target, revision, result_fp, seq, row["id"], row["state"], row["revision"]]
     if fence is not None:
         fenced_sql, fenced_params = fence_condition(fence)
         conditions.append(fenced_sql)
         params += fenced_params
     if target in SUCCESS:
-        conditions.append(f"NOT EXISTS (SELECT 1 FROM {_INC} WHERE subject_type = %s AND "
-                          "subject_id = %s AND status = 'open')")
+        conditions.append(
+            f"NOT EXISTS (SELECT 1 FROM {_INC} WHERE subject_type = %s AND "
+            "subject_id = %s AND status = 'open')"
+        )
         params += [subject.type, subject.id]
     cursor.execute(
         f"UPDATE {_OP} SET state = %s, revision = %s, result_fp = %s, chain_seq = %s, "
@@ -259,11 +307,22 @@ def transition(
     )
     if cursor.rowcount != 1:
         raise _why_not(cursor, row, target, fence, subject)
-    fact = {"operation": row["key"], "state": target, "revision": revision,
-            "result_fp": result_fp, **fact_extra}
+    fact = {
+        "operation": row["key"],
+        "state": target,
+        "revision": revision,
+        "result_fp": result_fp,
+        **fact_extra,
+    }
     chain.append(cursor, subject, head, kind, fact)
-    return RecordedOperation(key=row["key"], subject=subject, state=target, revision=revision,
-                             chain_seq=seq, result_fp=result_fp)
+    return RecordedOperation(
+        key=row["key"],
+        subject=subject,
+        state=target,
+        revision=revision,
+        chain_seq=seq,
+        result_fp=result_fp,
+    )
 
 
 def _require_own_lease(row: dict[str, Any], fence: Fence) -> None:
@@ -281,16 +340,18 @@ def _require_live(cursor, row: dict[str, Any], fence: Fence) -> None:
     cursor.execute(f"SELECT {sql}", params)
     if not cursor.fetchone()[0]:
         raise StaleFence(
-            f"{fence} is no longer the live lease; nothing was changed for operation "
-            f"{row['key']}."
+            f"{fence} is no longer the live lease; nothing was changed for operation {row['key']}."
         )
 
 
 def _why_not(cursor, row, target, fence, subject) -> Exception:
     """Explain a conditional write that matched no row (failure path only)."""
-    if target in SUCCESS and IntegrityIncident.objects.filter(
-        subject_type=subject.type, subject_id=subject.id, status="open"
-    ).exists():
+    if (
+        target in SUCCESS
+        and IntegrityIncident.objects.filter(
+            subject_type=subject.type, subject_id=subject.id, status="open"
+        ).exists()
+    ):
         return IntegrityIncidentOpen(
             f"{subject} has an open integrity incident; no success can be committed until "
             "it is resolved by re-verification (manage.py recovery_verify --subject "
@@ -336,8 +397,7 @@ def operation_observe(
     state = str(state)
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
-    with opening_incidents(), atomic(), \
-            connection.cursor() as cursor:
+    with opening_incidents(), atomic(), connection.cursor() as cursor:
         if state in SUCCESS:
             row, subject_rows = _load_with_subject(cursor, key)
         else:
@@ -347,16 +407,27 @@ def operation_observe(
         if not _check_target(row, state, result_fp):
             _require_live(cursor, row, fence)
             return RecordedOperation(
-                key=key, subject=subject, state=row["state"], revision=row["revision"],
-                chain_seq=row["chain_seq"], result_fp=row["result_fp"], changed=False,
+                key=key,
+                subject=subject,
+                state=row["state"],
+                revision=row["revision"],
+                chain_seq=row["chain_seq"],
+                result_fp=row["result_fp"],
+                changed=False,
             )
         if state in SUCCESS:
             head = verified_head(cursor, subject, subject_rows)
         else:
             head = chain.read_head(cursor, subject)
         return transition(
-            cursor, row, state, head=head, kind="operation.observed",
-            fact_extra={"by_fence": fence.fence}, result_fp=result_fp, fence=fence,
+            cursor,
+            row,
+            state,
+            head=head,
+            kind="operation.observed",
+            fact_extra={"by_fence": fence.fence},
+            result_fp=result_fp,
+            fence=fence,
         )
 
 
@@ -425,10 +496,20 @@ def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
         if not _check_target(row, S.DISPATCHED, ""):
             _require_live(cursor, row, fence)
             return RecordedOperation(
-                key=key, subject=Subject(row["subject_type"], row["subject_id"]),
-                state=row["state"], revision=row["revision"], chain_seq=row["chain_seq"],
+                key=key,
+                subject=Subject(row["subject_type"], row["subject_id"]),
+                state=row["state"],
+                revision=row["revision"],
+                chain_seq=row["chain_seq"],
                 changed=False,
             )
         head = chain.read_head(cursor, Subject(row["subject_type"], row["subject_id"]))
-        return transition(cursor, row, S.DISPATCHED, head=head, kind="operation.dispatched",
-                          fact_extra={"by_fence": fence.fence}, fence=fence)
+        return transition(
+            cursor,
+            row,
+            S.DISPATCHED,
+            head=head,
+            kind="operation.dispatched",
+            fact_extra={"by_fence": fence.fence},
+            fence=fence,
+        )

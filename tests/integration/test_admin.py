@@ -36,16 +36,23 @@ def ledger(subject, fence, requester) -> Ledger:
     op = record(subject, fence, step_id="register-deed", action="land.register")
     api.operation_observe(key=op.key, state="outcome_unknown", fence=fence)
     decision = api.decision_request(
-        operation_key=op.key, kind="effect_confirmed", requested_by=requester,
+        operation_key=op.key,
+        kind="effect_confirmed",
+        requested_by=requester,
         rationale="Registry extract shows deed 2024/118 entered.",
         evidence=[SimpleUploadedFile("registry extract.txt", b"deed 2024/118 entered\n")],
     )
-    incident = api.incident_open(verification=api.Verification(
-        subject, False, 3, 2, "checkpoint #2's fact does not match its fingerprint"))
+    incident = api.incident_open(
+        verification=api.Verification(
+            subject, False, 3, 2, "checkpoint #2's fact does not match its fingerprint"
+        )
+    )
     return Ledger(
         operation=Operation.objects.get(key=op.key),
         checkpoint=Checkpoint.objects.get(subject_id=subject.id, seq=2),
-        lease=Lease.objects.get(key=fence.key), incident=incident, decision=decision,
+        lease=Lease.objects.get(key=fence.key),
+        incident=incident,
+        decision=decision,
     )
 
 
@@ -56,8 +63,7 @@ def url(name: str, model: str, *args) -> str:
 def shows(ledger: Ledger, model: str) -> list[str]:
     """Text each changelist shows for the ledger's row."""
     return {
-        "operation": [ledger.operation.key, "land.register", "register-deed",
-                      "Outcome unknown"],
+        "operation": [ledger.operation.key, "land.register", "register-deed", "Outcome unknown"],
         "checkpoint": [ledger.operation.subject_id, "operation.observed", "test2"],
         "lease": [ledger.lease.key, "worker-1"],
         "integrityincident": [ledger.incident.subject_id, "Open"],
@@ -69,12 +75,18 @@ def details(ledger: Ledger, model: str) -> list[str]:
     """Text each change page shows beyond the changelist."""
     return {
         "operation": [ledger.operation.input_fp, ledger.operation.idempotency_fp],
-        "checkpoint": [ledger.checkpoint.link, ledger.checkpoint.fact_fp,
-                       "&quot;state&quot;:&quot;outcome_unknown&quot;"],
+        "checkpoint": [
+            ledger.checkpoint.link,
+            ledger.checkpoint.fact_fp,
+            "&quot;state&quot;:&quot;outcome_unknown&quot;",
+        ],
         "lease": [str(ledger.lease.fence)],
         "integrityincident": ["checkpoint #2&#x27;s fact does not match its fingerprint"],
-        "decision": ["Registry extract shows deed 2024/118 entered.",
-                     "registry_extract.txt", ledger.decision.evidence.get().fingerprint],
+        "decision": [
+            "Registry extract shows deed 2024/118 entered.",
+            "registry_extract.txt",
+            ledger.decision.evidence.get().fingerprint,
+        ],
     }[model]
 
 
@@ -95,8 +107,12 @@ def test_superuser_sees_the_change_page_without_any_way_to_save(admin_client, le
     html = response.content.decode()
     for text in [*shows(ledger, model), *details(ledger, model)]:
         assert text in html, text
-    for button in ('name="_save"', 'name="_continue"', 'name="_addanother"',
-                   url("delete", model, ledger.obj(model).pk)):
+    for button in (
+        'name="_save"',
+        'name="_continue"',
+        'name="_addanother"',
+        url("delete", model, ledger.obj(model).pk),
+    ):
         assert button not in html, button
 
 
@@ -132,8 +148,10 @@ def test_deleting_is_forbidden(admin_client, ledger, model):
     obj = ledger.obj(model)
     assert admin_client.get(url("delete", model, obj.pk)).status_code == 403
     assert admin_client.post(url("delete", model, obj.pk), {"post": "yes"}).status_code == 403
-    response = admin_client.post(url("changelist", model), {
-        "action": "delete_selected", "_selected_action": [obj.pk], "post": "yes"})
+    response = admin_client.post(
+        url("changelist", model),
+        {"action": "delete_selected", "_selected_action": [obj.pk], "post": "yes"},
+    )
     assert response.status_code in (200, 302)
     assert type(obj).objects.filter(pk=obj.pk).exists()
 
@@ -147,8 +165,9 @@ def test_the_chain_still_verifies_after_the_admin_was_used(admin_client, ledger)
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_user_who_is_not_staff_is_sent_to_the_login_page(client, django_user_model, ledger,
-                                                           model):
+def test_a_user_who_is_not_staff_is_sent_to_the_login_page(
+    client, django_user_model, ledger, model
+):
     user = django_user_model.objects.create_user("citizen", password="pw")
     user.user_permissions.set(Permission.objects.filter(content_type__app_label="recovery"))
     client.force_login(user)
@@ -159,8 +178,7 @@ def test_a_user_who_is_not_staff_is_sent_to_the_login_page(client, django_user_m
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_staff_without_the_view_permission_is_forbidden(client, django_user_model, ledger,
-                                                        model):
+def test_staff_without_the_view_permission_is_forbidden(client, django_user_model, ledger, model):
     client.force_login(django_user_model.objects.create_user("clerk", is_staff=True))
     assert client.get(url("changelist", model)).status_code == 403
     assert client.get(url("change", model, ledger.obj(model).pk)).status_code == 403

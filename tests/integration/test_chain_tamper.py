@@ -35,8 +35,11 @@ class Built:
 def build(subject: Subject, fence: api.Fence) -> Built:
     """#1-#2 succeeded, #3-#4 outcome_unknown, #5-#6 failed."""
     keys = []
-    for step, state in (("notify", "succeeded"), ("register", "outcome_unknown"),
-                        ("pay", "failed")):
+    for step, state in (
+        ("notify", "succeeded"),
+        ("register", "outcome_unknown"),
+        ("pay", "failed"),
+    ):
         op = record(subject, fence, step_id=step)
         api.operation_observe(key=op.key, state=state, fence=fence, result={"step": step})
         keys.append(op.key)
@@ -87,9 +90,14 @@ def test_a_rewritten_fact_with_a_recomputed_fingerprint_fails_the_keyed_link(cha
     s = chain.subject
     forged = rewrite(fact_of(s, 4), '"outcome_unknown"', '"succeeded"')
     checkpoints(s).filter(seq=4).update(
-        fact=forged, fact_fp=fingerprint(FingerprintKind.FACT, forged.encode()))
-    broken_at(s, 4, "checkpoint #4's link does not verify with key 'test2' (rewritten or "
-                    "re-hashed without the key)")
+        fact=forged, fact_fp=fingerprint(FingerprintKind.FACT, forged.encode())
+    )
+    broken_at(
+        s,
+        4,
+        "checkpoint #4's link does not verify with key 'test2' (rewritten or "
+        "re-hashed without the key)",
+    )
 
 
 def test_a_fact_that_is_no_longer_canonical_json_is_detected(chain):
@@ -117,8 +125,11 @@ def test_swapped_checkpoint_contents_break_the_chain_where_the_order_changes(cha
     third, fourth = checkpoints(s).get(seq=3), checkpoints(s).get(seq=4)
     checkpoints(s).filter(seq=3).update(**{f: getattr(fourth, f) for f in FIELDS})
     checkpoints(s).filter(seq=4).update(**{f: getattr(third, f) for f in FIELDS})
-    broken_at(s, 3, "checkpoint #3 does not follow #2 (previous link differs: removed, "
-                    "reordered or rewritten)")
+    broken_at(
+        s,
+        3,
+        "checkpoint #3 does not follow #2 (previous link differs: removed, reordered or rewritten)",
+    )
 
 
 def test_swapped_sequence_numbers_break_the_chain_where_the_order_changes(chain):
@@ -132,21 +143,27 @@ def test_swapped_sequence_numbers_break_the_chain_where_the_order_changes(chain)
 # (d) an operation row changed behind the chain's back
 
 
-@pytest.mark.parametrize(("column", "value"), [
-    ("state", "effect_confirmed"), ("result_fp", "f" * 64), ("fence", 999),
-    ("input_fp", "e" * 64), ("revision", 3),
-])
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("state", "effect_confirmed"),
+        ("result_fp", "f" * 64),
+        ("fence", 999),
+        ("input_fp", "e" * 64),
+        ("revision", 3),
+    ],
+)
 def test_an_operation_row_changed_behind_the_chain_is_detected(chain, column, value):
     Operation.objects.filter(key=chain.unknown).update(**{column: value})
-    result = broken_at(chain.subject, 4, f"operation {chain.unknown}'s {column} is {value!r} "
-                                         "in its row but ")
+    result = broken_at(
+        chain.subject, 4, f"operation {chain.unknown}'s {column} is {value!r} in its row but "
+    )
     assert result.reason.endswith("in the chain (changed behind the chain's back)")
 
 
 def test_a_deleted_operation_row_is_detected(chain):
     Operation.objects.filter(key=chain.unknown).delete()
-    broken_at(chain.subject, 4,
-              f"operation {chain.unknown} is in the chain but its row is missing")
+    broken_at(chain.subject, 4, f"operation {chain.unknown} is in the chain but its row is missing")
 
 
 def test_an_operation_row_inserted_without_a_checkpoint_is_detected(chain):
@@ -167,30 +184,38 @@ def other_key(data: bytes) -> str:
     return blake3(data, key=b"\x33" * 32).hexdigest()
 
 
-def forge_from(subject: Subject, start: int, hasher: Callable[[bytes], str],
-               key_id: str | None = None) -> None:
+def forge_from(
+    subject: Subject, start: int, hasher: Callable[[bytes], str], key_id: str | None = None
+) -> None:
     """Rewrite checkpoint ``start``'s fact to a success and re-link everything after it."""
     prev = None
     for cp in checkpoints(subject).order_by("seq"):
         if cp.seq < start:
             prev = cp.link
             continue
-        fact = rewrite(cp.fact, '"outcome_unknown"', '"succeeded"') if cp.seq == start \
-            else cp.fact
+        fact = rewrite(cp.fact, '"outcome_unknown"', '"succeeded"') if cp.seq == start else cp.fact
         fact_fp = fingerprint(FingerprintKind.FACT, fact.encode())
-        link = hasher(canonical_bytes([subject.type, subject.id, cp.seq, cp.kind, fact_fp,
-                                       prev]))
+        link = hasher(canonical_bytes([subject.type, subject.id, cp.seq, cp.kind, fact_fp, prev]))
         checkpoints(subject).filter(pk=cp.pk).update(
-            fact=fact, fact_fp=fact_fp, prev_link=prev, link=link, key_id=key_id or cp.key_id)
+            fact=fact, fact_fp=fact_fp, prev_link=prev, link=link, key_id=key_id or cp.key_id
+        )
         prev = link
 
 
-@pytest.mark.parametrize(("hasher", "key_id", "reason"), [
-    (unkeyed, None, "checkpoint #4's link does not verify with key 'test2' (rewritten or "
-                    "re-hashed without the key)"),
-    (other_key, None, "checkpoint #4's link does not verify with key 'test2'"),
-    (other_key, "forged", "checkpoint #4 names an unknown chain key 'forged'"),
-], ids=["unkeyed-blake3", "attacker-key", "attacker-key-id"])
+@pytest.mark.parametrize(
+    ("hasher", "key_id", "reason"),
+    [
+        (
+            unkeyed,
+            None,
+            "checkpoint #4's link does not verify with key 'test2' (rewritten or "
+            "re-hashed without the key)",
+        ),
+        (other_key, None, "checkpoint #4's link does not verify with key 'test2'"),
+        (other_key, "forged", "checkpoint #4 names an unknown chain key 'forged'"),
+    ],
+    ids=["unkeyed-blake3", "attacker-key", "attacker-key-id"],
+)
 def test_a_chain_recomputed_without_the_key_is_detected(chain, hasher, key_id, reason):
     Operation.objects.filter(key=chain.unknown).update(state="succeeded")
     forge_from(chain.subject, 4, hasher, key_id)
@@ -202,11 +227,18 @@ def test_a_chain_recomputed_without_the_key_is_detected(chain, hasher, key_id, r
 
 def test_truncation_is_detected_from_operation_rows_pointing_past_the_end(chain):
     checkpoints(chain.subject).filter(seq=6).delete()
-    broken_at(chain.subject, 6, f"the chain ends at #5 but operation {chain.failed}'s row "
-                                "points to checkpoint #6: checkpoints were removed from its end")
+    broken_at(
+        chain.subject,
+        6,
+        f"the chain ends at #5 but operation {chain.failed}'s row "
+        "points to checkpoint #6: checkpoints were removed from its end",
+    )
     checkpoints(chain.subject).filter(seq=5).delete()
-    broken_at(chain.subject, 5, f"the chain ends at #4 but operation {chain.failed}'s row "
-                                "points to checkpoint #6")
+    broken_at(
+        chain.subject,
+        5,
+        f"the chain ends at #4 but operation {chain.failed}'s row points to checkpoint #6",
+    )
 
 
 def test_consistent_truncation_is_detected_against_a_watermark(chain):
@@ -216,8 +248,12 @@ def test_consistent_truncation_is_detected_against_a_watermark(chain):
     Operation.objects.filter(key=chain.failed).delete()
     # Without a watermark a shorter chain is indistinguishable from an older one.
     assert api.chain_verify(s).ok
-    broken_at(s, 5, "the chain ends at #4 but #6 was seen before: checkpoints were removed "
-                    "from its end", watermark=watermark)
+    broken_at(
+        s,
+        5,
+        "the chain ends at #4 but #6 was seen before: checkpoints were removed from its end",
+        watermark=watermark,
+    )
     with pytest.raises(api.RevisionRollback, match="is at revision 4 but revision 6 was seen"):
         api.revision_require(s, watermark=watermark)
     assert api.revision_require(s, watermark=4) == 4
@@ -239,7 +275,11 @@ def test_checkpoints_under_a_retired_key_verify_while_the_key_is_kept(subject, f
         api.operation_observe(key=second.key, state="succeeded", fence=fence)  # verifies
         assert api.chain_verify(subject) == api.Verification(subject, True, 4)
     assert list(checkpoints(subject).order_by("seq").values_list("key_id", flat=True)) == [
-        "old", "old", "new", "new"]
+        "old",
+        "old",
+        "new",
+        "new",
+    ]
     with override_settings(RECOVERY_CHAIN_KEYS=NEW):
         broken_at(subject, 1, "checkpoint #1 names an unknown chain key 'old'")
     with override_settings(RECOVERY_CHAIN_KEYS=f"{NEW},old:{'cc' * 32}"):
@@ -254,8 +294,7 @@ def tamper_and_add_pending_work(subject, fence) -> tuple[str, str, str]:
     built = build(subject, fence)
     waiting = record(subject, fence, step_id="archive")  # #7, dispatched
     original = fact_of(subject, 2)
-    checkpoints(subject).filter(seq=2).update(
-        fact=rewrite(original, '"succeeded"', '"failed"'))
+    checkpoints(subject).filter(seq=2).update(fact=rewrite(original, '"succeeded"', '"failed"'))
     return built.succeeded, waiting.key, original
 
 
@@ -301,9 +340,7 @@ def test_an_open_incident_blocks_success_until_reverification_finds_a_clean_chai
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_refusal_inside_the_callers_transaction_leaves_opening_the_incident_to_it(
-    subject, fence
-):
+def test_a_refusal_inside_the_callers_transaction_leaves_opening_the_incident_to_it(subject, fence):
     _, waiting, _ = tamper_and_add_pending_work(subject, fence)
     with pytest.raises(api.ChainBroken) as exc, transaction.atomic():
         api.operation_observe(key=waiting, state="succeeded", fence=fence)

@@ -32,8 +32,12 @@ def _chunk(tag: bytes, data: bytes) -> bytes:
 
 
 # filetype recognises a PNG by its signature; a valid 1x1 image keeps the sample honest.
-PNG = (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
-       + _chunk(b"IDAT", zlib.compress(b"\x00\x00")) + _chunk(b"IEND", b""))
+PNG = (
+    b"\x89PNG\r\n\x1a\n"
+    + _chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    + _chunk(b"IDAT", zlib.compress(b"\x00\x00"))
+    + _chunk(b"IEND", b"")
+)
 
 
 def pdf(name: str = "registry-extract.pdf", data: bytes = PDF) -> SimpleUploadedFile:
@@ -60,8 +64,11 @@ def unique(constraint: str) -> str:
 
 
 def kinds(subject) -> list[str]:
-    return list(Checkpoint.objects.filter(subject_id=subject.id).order_by("seq")
-                .values_list("kind", flat=True))
+    return list(
+        Checkpoint.objects.filter(subject_id=subject.id)
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
 
 
 def assert_nothing_recorded(subject, key: str) -> None:
@@ -103,34 +110,52 @@ def test_an_unknown_decision_kind_is_refused(subject, unknown, requester):
 def test_the_providers_verification_checks_must_be_answered(subject, unknown, requester):
     required = ["registry_checked", "reference_matches"]
     with pytest.raises(api.DecisionError, match="checks first: reference_matches"):
-        request(unknown, requester, checks={"registry_checked": "yes", "reference_matches": " "},
-                required_checks=required)
+        request(
+            unknown,
+            requester,
+            checks={"registry_checked": "yes", "reference_matches": " "},
+            required_checks=required,
+        )
     assert_nothing_recorded(subject, unknown)
-    decision = request(unknown, requester, required_checks=required,
-                       checks={"registry_checked": " yes ", "reference_matches": "REF-9"})
+    decision = request(
+        unknown,
+        requester,
+        required_checks=required,
+        checks={"registry_checked": " yes ", "reference_matches": "REF-9"},
+    )
     assert decision.checks == {"registry_checked": "yes", "reference_matches": "REF-9"}
 
 
 # Evidence
 
 REJECTED = [
-    ("extract.pdf", b"Dear clerk, the entry was made.", "'extract.pdf' is named .pdf but its "
-     "content is not a recognised file type. Upload the real file."),
+    (
+        "extract.pdf",
+        b"Dear clerk, the entry was made.",
+        "'extract.pdf' is named .pdf but its "
+        "content is not a recognised file type. Upload the real file.",
+    ),
     ("photo.png", PDF, "'photo.png' is named .png but its content is application/pdf"),
     ("scan.jpg", PNG, "is named .jpg but its content is image/png"),
     ("notes.txt", b"", "'notes.txt' is empty; evidence must show something."),
-    ("tool.exe", b"MZ\x90\x00", "'tool.exe': files of type .exe are not accepted as evidence. "
-     "Accepted: .csv, .eml, .jpeg, .jpg, .json, .log, .pdf, .png, .txt."),
+    (
+        "tool.exe",
+        b"MZ\x90\x00",
+        "'tool.exe': files of type .exe are not accepted as evidence. "
+        "Accepted: .csv, .eml, .jpeg, .jpg, .json, .log, .pdf, .png, .txt.",
+    ),
     ("README", b"hello", "files of type (no extension) are not accepted"),
     ("notes.txt", "café".encode("latin-1"), "is named .txt but is not UTF-8 text."),
     ("dump.log", b"a\x00b", "is named .log but contains binary data."),
 ]
 
 
-@pytest.mark.parametrize(("name", "data", "message"), REJECTED,
-                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(REJECTED)])
-def test_unacceptable_evidence_is_rejected_with_what_to_do(subject, unknown, requester, name,
-                                                          data, message):
+@pytest.mark.parametrize(
+    ("name", "data", "message"), REJECTED, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(REJECTED)]
+)
+def test_unacceptable_evidence_is_rejected_with_what_to_do(
+    subject, unknown, requester, name, data, message
+):
     with pytest.raises(api.EvidenceRejected) as exc:
         request(unknown, requester, evidence=[pdf(), pdf(name, data)])
     assert message in str(exc.value)
@@ -150,16 +175,21 @@ def test_evidence_over_the_size_limit_is_rejected(subject, unknown, requester):
     assert request(unknown, requester, evidence=[pdf()]).evidence.get().size == limit
 
 
-@pytest.mark.parametrize(("name", "stored_as"), [
-    ("../../etc/passwd.txt", "passwd.txt"),
-    ("Rapport d'été final.pdf", "Rapport_dété_final.pdf"),
-    ("C:\\Users\\clerk\\Scan 1.PDF", "Scan_1.pdf"),
-])
-def test_evidence_is_stored_by_fingerprint_outside_the_web_root(subject, unknown, requester,
-                                                               name, stored_as):
+@pytest.mark.parametrize(
+    ("name", "stored_as"),
+    [
+        ("../../etc/passwd.txt", "passwd.txt"),
+        ("Rapport d'été final.pdf", "Rapport_dété_final.pdf"),
+        ("C:\\Users\\clerk\\Scan 1.PDF", "Scan_1.pdf"),
+    ],
+)
+def test_evidence_is_stored_by_fingerprint_outside_the_web_root(
+    subject, unknown, requester, name, stored_as
+):
     data = PDF if stored_as.endswith(".pdf") else b"root:x:0:0\n"
-    decision = request(unknown, requester, evidence=[pdf(name, data),
-                                                     SimpleUploadedFile("shot.png", PNG)])
+    decision = request(
+        unknown, requester, evidence=[pdf(name, data), SimpleUploadedFile("shot.png", PNG)]
+    )
     stored = {e.name: e for e in decision.evidence.all()}
     assert set(stored) == {stored_as, "shot.png"}
     item = stored[stored_as]
@@ -186,10 +216,10 @@ def test_the_requester_cannot_approve_their_own_decision(subject, unknown, appro
         api.decision_approve(decision_id=decision.pk, approved_by=approver)
     with pytest.raises(api.DecisionError, match="cannot reject their own decision"):
         api.decision_reject(decision_id=decision.pk, rejected_by=approver, note="no")
-    with pytest.raises(IntegrityError, match="recovery_decision_four_eyes"), \
-            transaction.atomic():
-        Decision.objects.filter(pk=decision.pk).update(decided_by=F("requested_by"),
-                                                       state="approved")
+    with pytest.raises(IntegrityError, match="recovery_decision_four_eyes"), transaction.atomic():
+        Decision.objects.filter(pk=decision.pk).update(
+            decided_by=F("requested_by"), state="approved"
+        )
     assert Decision.objects.get(pk=decision.pk).state == "requested"
     assert Operation.objects.get(key=unknown).state == "outcome_unknown"
 
@@ -201,7 +231,10 @@ def test_approval_moves_the_operation_once_and_appends_checkpoints(
     decision = request(unknown, requester, kind)
     approved = api.decision_approve(decision_id=decision.pk, approved_by=approver)
     assert (approved.state, approved.decided_by, approved.decided_at is not None) == (
-        "approved", approver, True)
+        "approved",
+        approver,
+        True,
+    )
     row = Operation.objects.get(key=unknown)
     assert (row.state, row.revision, row.chain_seq) == (kind, 3, 4)
     assert kinds(subject)[2:] == ["decision.requested", "decision.approved"]
@@ -234,11 +267,19 @@ def test_an_approved_cancel_leaves_the_effect_unknown_for_a_later_decision(
 def test_the_database_refuses_a_second_approved_effect_decision(unknown, requester, approver):
     first = request(unknown, requester)
     api.decision_approve(decision_id=first.pk, approved_by=approver)
-    with pytest.raises(IntegrityError, match=unique("recovery_one_approved_effect_decision")), \
-            transaction.atomic():
-        Decision.objects.create(operation=first.operation, kind="effect_absent", rationale="x",
-                                state="approved", requested_by=requester, decided_by=approver,
-                                requested_at=first.requested_at)
+    with (
+        pytest.raises(IntegrityError, match=unique("recovery_one_approved_effect_decision")),
+        transaction.atomic(),
+    ):
+        Decision.objects.create(
+            operation=first.operation,
+            kind="effect_absent",
+            rationale="x",
+            state="approved",
+            requested_by=requester,
+            decided_by=approver,
+            requested_at=first.requested_at,
+        )
     assert Decision.objects.count() == 1
 
 
@@ -255,10 +296,16 @@ def test_a_decision_the_operation_has_outgrown_is_refused_and_changes_nothing(
     api.decision_reject(decision_id=decision.pk, rejected_by=approver, note="Reconciled.")
 
 
-@pytest.mark.parametrize(("state", "kind"), [
-    ("succeeded", "effect_confirmed"), ("failed", "effect_absent"),
-    ("dispatched", "effect_confirmed"), ("pending", "effect_absent"), ("succeeded", "cancel"),
-])
+@pytest.mark.parametrize(
+    ("state", "kind"),
+    [
+        ("succeeded", "effect_confirmed"),
+        ("failed", "effect_absent"),
+        ("dispatched", "effect_confirmed"),
+        ("pending", "effect_absent"),
+        ("succeeded", "cancel"),
+    ],
+)
 def test_only_an_uncertain_operation_can_be_decided(subject, fence, requester, state, kind):
     op = record(subject, fence)
     if state != "dispatched":
@@ -280,16 +327,24 @@ def test_only_one_live_decision_per_operation(subject, unknown, requester, appro
     first = request(unknown, requester)
     with pytest.raises(api.DecisionConflict, match="already has a decision awaiting approval"):
         request(unknown, approver, "effect_absent")
-    with pytest.raises(IntegrityError, match=unique("recovery_one_open_request_per_operation")), \
-            transaction.atomic():
-        Decision.objects.create(operation=first.operation, kind="cancel", rationale="x",
-                                requested_by=approver, requested_at=first.requested_at)
+    with (
+        pytest.raises(IntegrityError, match=unique("recovery_one_open_request_per_operation")),
+        transaction.atomic(),
+    ):
+        Decision.objects.create(
+            operation=first.operation,
+            kind="cancel",
+            rationale="x",
+            requested_by=approver,
+            requested_at=first.requested_at,
+        )
     assert list(Decision.objects.values_list("pk", flat=True)) == [first.pk]
     assert kinds(subject).count("decision.requested") == 1
 
 
-def test_users_without_the_permission_are_refused(subject, unknown, django_user_model,
-                                                  requester, approver, second_approver):
+def test_users_without_the_permission_are_refused(
+    subject, unknown, django_user_model, requester, approver, second_approver
+):
     clerk = django_user_model.objects.create_user("clerk", is_staff=True)
     for user in (clerk, second_approver, AnonymousUser()):
         with pytest.raises(api.DecisionError, match=r"'recovery\.request_decision' is required"):
@@ -306,13 +361,15 @@ def test_users_without_the_permission_are_refused(subject, unknown, django_user_
     assert Operation.objects.get(key=unknown).state == "outcome_unknown"
 
 
-def test_rejection_keeps_the_operation_and_allows_a_new_request(subject, unknown, requester,
-                                                                approver):
+def test_rejection_keeps_the_operation_and_allows_a_new_request(
+    subject, unknown, requester, approver
+):
     decision = request(unknown, requester)
     with pytest.raises(api.DecisionError, match="Say why the decision is rejected"):
         api.decision_reject(decision_id=decision.pk, rejected_by=approver, note=" ")
-    rejected = api.decision_reject(decision_id=decision.pk, rejected_by=approver,
-                                   note="The extract is for another parcel.")
+    rejected = api.decision_reject(
+        decision_id=decision.pk, rejected_by=approver, note="The extract is for another parcel."
+    )
     assert (rejected.state, rejected.decided_by) == ("rejected", approver)
     assert rejected.decision_note == "The extract is for another parcel."
     assert Operation.objects.get(key=unknown).state == "outcome_unknown"
@@ -321,14 +378,17 @@ def test_rejection_keeps_the_operation_and_allows_a_new_request(subject, unknown
     again = request(unknown, requester, "effect_absent")
     api.decision_approve(decision_id=again.pk, approved_by=approver)
     assert Operation.objects.get(key=unknown).state == "effect_absent"
-    assert kinds(subject)[2:] == ["decision.requested", "decision.rejected",
-                                  "decision.requested", "decision.approved"]
+    assert kinds(subject)[2:] == [
+        "decision.requested",
+        "decision.rejected",
+        "decision.requested",
+        "decision.approved",
+    ]
     assert api.chain_verify(subject).ok
 
 
 @pytest.mark.django_db(transaction=True)
-def test_confirming_an_effect_on_a_tampered_chain_is_refused(subject, unknown, requester,
-                                                             approver):
+def test_confirming_an_effect_on_a_tampered_chain_is_refused(subject, unknown, requester, approver):
     decision = request(unknown, requester)
     Operation.objects.filter(key=unknown).update(fence=99)
     with pytest.raises(api.ChainBroken, match="broken at #2"):
@@ -374,7 +434,8 @@ def test_two_approvers_racing_move_the_operation_exactly_once(
     for thread in threads:
         thread.join(timeout=30)
     assert sorted(map(type, outcomes.values()), key=str) == sorted(
-        [str, api.DecisionConflict], key=str), outcomes
+        [str, api.DecisionConflict], key=str
+    ), outcomes
     winner = next(name for name, outcome in outcomes.items() if outcome == "approved")
     assert Decision.objects.get(pk=decision.pk).decided_by.username == winner
     row = Operation.objects.get(key=unknown)

@@ -43,8 +43,9 @@ def demo_store(tmp_path, settings):
 @pytest.fixture
 def permits_officer(django_user_model):
     user = django_user_model.objects.create_user(username="officer", password="pw")
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="govflow_demo", codename="approve_permit"))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="govflow_demo", codename="approve_permit")
+    )
     return django_user_model.objects.get(pk=user.pk)
 
 
@@ -57,8 +58,9 @@ def drive(instance: Instance) -> Instance:
     """Run until the instance stops moving, answering the fee's polls at once."""
     for _ in range(30):
         report = instance_run(instance_id=instance.pk, worker="test-worker")
-        polls = Token.objects.filter(instance=instance, state=TokenState.READY,
-                                     wait_kind=WaitKind.POLL).update(not_before=Now())
+        polls = Token.objects.filter(
+            instance=instance, state=TokenState.READY, wait_kind=WaitKind.POLL
+        ).update(not_before=Now())
         if report.steps == 0 and not report.more and not polls:
             break
     instance.refresh_from_db()
@@ -88,9 +90,12 @@ def run_to_approval(definition: Definition) -> Instance:
     instance = drive(instance)
     application_id = instance.variables["application"]["id"]
     assert waiting(instance, WaitKind.TRIGGER).wait_key == f"inspection.completed:{application_id}"
-    trigger_deliver(message="inspection.completed", correlation=application_id,
-                    delivery_id=f"inspection:{application_id}",
-                    payload={"result": "passed", "inspector": "J. de Vries", "remarks": "ok"})
+    trigger_deliver(
+        message="inspection.completed",
+        correlation=application_id,
+        delivery_id=f"inspection:{application_id}",
+        payload={"result": "passed", "inspector": "J. de Vries", "remarks": "ok"},
+    )
     instance = drive(instance)
     assert instance.variables["inspection"]["result"] == "passed"
     waiting(instance, WaitKind.APPROVAL)
@@ -98,13 +103,28 @@ def run_to_approval(definition: Definition) -> Instance:
 
 
 def context(action: str, key: str, data: dict, **extra) -> ActionContext:
-    return ActionContext(action=action, input=data, idempotency_key=key, tenant="t",
-                         access={}, instance_id=1, step_id="step", attempt=0, poll=0, **extra)
+    return ActionContext(
+        action=action,
+        input=data,
+        idempotency_key=key,
+        tenant="t",
+        access={},
+        instance_id=1,
+        step_id="step",
+        attempt=0,
+        poll=0,
+        **extra,
+    )
 
 
-REGISTRATION = {"applicant_name": "Maria Jansen", "applicant_email": "m@example.org",
-                "parcel_id": "ASD-K-4821", "address": "Keizersgracht 112", "project": "Dormer",
-                "floor_area_m2": 6}
+REGISTRATION = {
+    "applicant_name": "Maria Jansen",
+    "applicant_email": "m@example.org",
+    "parcel_id": "ASD-K-4821",
+    "address": "Keizersgracht 112",
+    "project": "Dormer",
+    "floor_area_m2": 6,
+}
 
 
 def test_demo_workflows_publish_and_validate_against_the_registry(published):
@@ -137,28 +157,38 @@ def test_the_permit_cannot_be_published_without_its_approval_reference():
 def test_building_permit_runs_to_an_issued_permit(published, permits_officer):
     instance = run_to_approval(published["demo.building_permit"])
     approval = waiting(instance, WaitKind.APPROVAL)
-    approval_decide(instance_id=instance.pk, token_id=approval.pk, actor=permits_officer,
-                    approved=True, note="Complies with the zoning plan.")
+    approval_decide(
+        instance_id=instance.pk,
+        token_id=approval.pk,
+        actor=permits_officer,
+        approved=True,
+        note="Complies with the zoning plan.",
+    )
     instance = drive(instance)
 
     assert instance.status == "completed", instance.reason
     variables = instance.variables
-    assert variables["decision"] == {"approved": True, "by": "officer",
-                                     "note": "Complies with the zoning plan."}
+    assert variables["decision"] == {
+        "approved": True,
+        "by": "officer",
+        "note": "Complies with the zoning plan.",
+    }
     assert variables["permit"]["number"].startswith("PERMIT-")
     records = store.records_for(variables["application"]["id"])
     assert [p["permit_number"] for p in records["permits"]] == [variables["permit"]["number"]]
     assert records["permits"][0]["approval_ref"].startswith("mandate:building-permits")
     assert records["payments"][0]["status"] == "paid"
-    assert list(DecisionNote.objects.filter(instance_id=instance.pk).values_list(
-        "kind", flat=True)) == ["neighbour_notice"]
+    assert list(
+        DecisionNote.objects.filter(instance_id=instance.pk).values_list("kind", flat=True)
+    ) == ["neighbour_notice"]
     assert "rejection_note" not in set(instance.tokens.values_list("node_id", flat=True))
     assert api.chain_verify(api.Subject("govflow.instance", str(instance.pk))).ok
 
 
 def test_a_redispatch_under_the_engines_key_finds_the_first_registration(published):
-    instance = drive(instance_start(definition=published["demo.building_permit"],
-                                    variables=sample_variables()))
+    instance = drive(
+        instance_start(definition=published["demo.building_permit"], variables=sample_variables())
+    )
     token = instance.tokens.get(node_id="register")
     registration = {
         "applicant_name": instance.variables["applicant"]["name"],
@@ -180,8 +210,13 @@ def test_a_redispatch_under_the_engines_key_finds_the_first_registration(publish
 
 def test_a_refused_permit_is_noted_and_never_issued(published, permits_officer):
     instance = run_to_approval(published["demo.building_permit"])
-    approval_decide(instance_id=instance.pk, token_id=waiting(instance, WaitKind.APPROVAL).pk,
-                    actor=permits_officer, approved=False, note="Exceeds the floor area.")
+    approval_decide(
+        instance_id=instance.pk,
+        token_id=waiting(instance, WaitKind.APPROVAL).pk,
+        actor=permits_officer,
+        approved=False,
+        note="Exceeds the floor area.",
+    )
     instance = drive(instance)
 
     assert instance.status == "completed", instance.reason
@@ -197,16 +232,23 @@ def test_approval_needs_the_demo_permission(published, django_user_model):
     instance = run_to_approval(published["demo.building_permit"])
     clerk = django_user_model.objects.create_user(username="clerk", password="pw")
     with pytest.raises(NotPermitted, match=r"govflow_demo\.approve_permit"):
-        approval_decide(instance_id=instance.pk,
-                        token_id=waiting(instance, WaitKind.APPROVAL).pk, actor=clerk,
-                        approved=True)
+        approval_decide(
+            instance_id=instance.pk,
+            token_id=waiting(instance, WaitKind.APPROVAL).pk,
+            actor=clerk,
+            approved=True,
+        )
     assert waiting(instance, WaitKind.APPROVAL)
 
 
 def test_parcel_correction_restores_from_the_pinned_snapshot(published):
-    instance = instance_start(definition=published["demo.parcel_correction"],
-                              variables={"parcel": {"id": "UTR-C-1907"},
-                                         "reason": "Boundary edited by mistake on import."})
+    instance = instance_start(
+        definition=published["demo.parcel_correction"],
+        variables={
+            "parcel": {"id": "UTR-C-1907"},
+            "reason": "Boundary edited by mistake on import.",
+        },
+    )
     instance = drive(instance)
     assert instance.status == "completed", instance.reason
     assert instance.variables["restoration"]["from"] == "snapshot:municipal-registry/nightly"
@@ -227,22 +269,30 @@ def test_a_duplicate_dispatch_of_register_application_writes_the_registry_once()
 
 def test_reconcile_finds_the_registration_by_idempotency_key():
     missing = actions.register_application.reconcile(
-        context("demo.register_application", "idem-2", REGISTRATION, phase="reconcile"))
+        context("demo.register_application", "idem-2", REGISTRATION, phase="reconcile")
+    )
     assert isinstance(missing, Unknown)
 
     done = actions.register_application.execute(
-        context("demo.register_application", "idem-2", REGISTRATION))
+        context("demo.register_application", "idem-2", REGISTRATION)
+    )
     found = actions.register_application.reconcile(
-        context("demo.register_application", "idem-2", REGISTRATION, phase="reconcile"))
+        context("demo.register_application", "idem-2", REGISTRATION, phase="reconcile")
+    )
     assert found == done
     check = actions.register_application.checks[0]
     assert done.output["application_id"] in check.automatic(
-        context("demo.register_application", "idem-2", REGISTRATION))
+        context("demo.register_application", "idem-2", REGISTRATION)
+    )
 
 
 def test_the_fee_is_pending_until_paid_then_polls_and_reconciles_as_paid():
-    data = {"application_id": "BP-1", "payer": "Maria Jansen", "amount_cents": 42800,
-            "currency": "EUR"}
+    data = {
+        "application_id": "BP-1",
+        "payer": "Maria Jansen",
+        "amount_cents": 42800,
+        "currency": "EUR",
+    }
     ctx = context("demo.collect_fee", "fee-1", data)
     assert isinstance(actions.collect_fee.reconcile(ctx), Unknown)
     assert isinstance(actions.collect_fee.execute(ctx), Pending)
@@ -256,11 +306,16 @@ def test_the_fee_is_pending_until_paid_then_polls_and_reconciles_as_paid():
 
 
 def test_gated_actions_refuse_without_their_reference():
-    permit = actions.issue_permit.execute(context(
-        "demo.issue_permit", "p-1", {"application_id": "BP-1", "holder": "M", "parcel_id": "P",
-                                     "approved_by": "officer"}))
-    restore = actions.restore_parcel_snapshot.execute(context(
-        "demo.restore_parcel_snapshot", "r-1", {"parcel_id": "P", "reason": "why"}))
+    permit = actions.issue_permit.execute(
+        context(
+            "demo.issue_permit",
+            "p-1",
+            {"application_id": "BP-1", "holder": "M", "parcel_id": "P", "approved_by": "officer"},
+        )
+    )
+    restore = actions.restore_parcel_snapshot.execute(
+        context("demo.restore_parcel_snapshot", "r-1", {"parcel_id": "P", "reason": "why"})
+    )
     assert permit.permanent and restore.permanent
     assert store.count("permits") == store.count("parcel_restorations") == 0
 

@@ -55,7 +55,8 @@ def test_atomic_step_writes_its_note_in_the_engines_transaction():
         seen["in_transaction"] = connection.in_atomic_block
         # The ledger row of this very step is already visible: one transaction, not two.
         seen["operation"] = Operation.objects.filter(
-            subject_id=str(context.instance_id), state="dispatched").count()
+            subject_id=str(context.instance_id), state="dispatched"
+        ).count()
         return alpha.note.execute(context)
 
     with registry.override(dataclasses.replace(alpha.note, execute=execute)):
@@ -67,8 +68,9 @@ def test_atomic_step_writes_its_note_in_the_engines_transaction():
     [op] = operations(instance)
     assert (op.state, op.recovery_mode) == ("succeeded", "atomic")
     assert token_of(instance, "n").operation_key == op.key
-    kinds = list(Checkpoint.objects.filter(subject_id=subject(instance).id)
-                 .values_list("kind", flat=True))
+    kinds = list(
+        Checkpoint.objects.filter(subject_id=subject(instance).id).values_list("kind", flat=True)
+    )
     assert kinds == ["operation.recorded", "operation.observed"]
     assert chain_ok(instance)
 
@@ -80,8 +82,7 @@ def test_atomic_step_that_raises_rolls_its_note_back_and_is_retried():
     token = token_of(instance, "n")
     assert not Note.objects.exists(), "the provider's write must roll back with the step"
     assert not Operation.objects.exists(), "the ledger row rolls back with it"
-    assert (token.state, token.attempt, token.wait_kind) == (TokenState.READY, 1,
-                                                             WaitKind.RETRY)
+    assert (token.state, token.attempt, token.wait_kind) == (TokenState.READY, 1, WaitKind.RETRY)
     assert "raised RuntimeError; rolled back" in token.reason
     assert instance.status == InstanceStatus.RUNNING
     make_due(token)
@@ -116,12 +117,14 @@ def test_atomic_step_that_keeps_raising_fails_after_its_budget():
     assert not Note.objects.exists() and not Operation.objects.exists()
 
 
-@pytest.mark.parametrize(("name", "field", "mode"), [
-    ("alpha.restore", "backup_ref", "snapshot_restore"),
-    ("alpha.publish", "approval_ref", "irreversible"),
-])
-def test_gated_action_with_its_reference_dispatches_and_hands_the_reference_over(
-        name, field, mode):
+@pytest.mark.parametrize(
+    ("name", "field", "mode"),
+    [
+        ("alpha.restore", "backup_ref", "snapshot_restore"),
+        ("alpha.publish", "approval_ref", "irreversible"),
+    ],
+)
+def test_gated_action_with_its_reference_dispatches_and_hands_the_reference_over(name, field, mode):
     seen = {}
     base = registry.get(name)
 
@@ -154,7 +157,8 @@ def test_unpinned_gated_action_blocks_its_instance_before_dispatch(ungated_resto
         run(instance)
     assert instance.status == InstanceStatus.BLOCKED
     assert "action 'alpha.restore' is snapshot_restore and needs a pinned 'backup_ref'" in (
-        instance.reason)
+        instance.reason
+    )
     assert calls == [] and not Operation.objects.exists()
     with pytest.raises(InvalidRequest, match="cannot run here"):
         instance_start(definition=definition, variables={"value": "v1"})
@@ -168,16 +172,19 @@ def test_the_step_gate_itself_refuses_an_unpinned_gated_action(ungated_restore, 
     with registry.override(write):
         run(instance)
     assert instance.status == InstanceStatus.BLOCKED
-    assert instance.reason == ("Action alpha.restore is snapshot_restore and the node pins no "
-                               "'backup_ref'; it was not dispatched.")
+    assert instance.reason == (
+        "Action alpha.restore is snapshot_restore and the node pins no "
+        "'backup_ref'; it was not dispatched."
+    )
     assert [kind for kind, _ in incidents(instance)] == ["gate"]
     assert token_of(instance, "a").state == TokenState.READY
     assert calls == [] and not Operation.objects.exists()
 
 
 def test_successful_atomic_and_non_atomic_steps_mix_in_one_instance():
-    instance = drive(start(linear(action("a"), action("n", name="alpha.note"),
-                                  action("b", value="a.stored"))))
+    instance = drive(
+        start(linear(action("a"), action("n", name="alpha.note"), action("b", value="a.stored")))
+    )
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert op_states(instance) == ["succeeded"] * 3
     assert Note.objects.count() == 1 and len(effects.effects()) == 2

@@ -57,8 +57,14 @@ def gateway(*, default: bool = True, before: list | None = None):
     if default:
         branches += [("g", "b", "default"), ("b", "e")]
     return graph(
-        [node("s", "start"), *before, node("g", "exclusive"), action("a"),
-         *([action("b")] if default else []), node("e", "end")],
+        [
+            node("s", "start"),
+            *before,
+            node("g", "exclusive"),
+            action("a"),
+            *([action("b")] if default else []),
+            node("e", "end"),
+        ],
         [*itertools.pairwise(ids), *branches],
     )
 
@@ -78,8 +84,10 @@ def test_exclusive_gateway_takes_the_default_branch_when_nothing_matches():
 def test_gateway_without_a_match_or_default_blocks_with_a_clear_reason():
     instance = drive(start(gateway(default=False), {"value": "v1", "fee": 50}))
     assert instance.status == InstanceStatus.BLOCKED
-    assert instance.reason == ("The workflow cannot continue: gateway 'g': no condition "
-                               "matches the variables and there is no default branch.")
+    assert instance.reason == (
+        "The workflow cannot continue: gateway 'g': no condition "
+        "matches the variables and there is no default branch."
+    )
     assert list(Incident.objects.values_list("kind", flat=True)) == ["route"]
     for _ in range(2):
         instance_run(instance_id=instance.pk)
@@ -89,8 +97,9 @@ def test_gateway_without_a_match_or_default_blocks_with_a_clear_reason():
 
 def test_gateway_without_a_match_after_a_step_keeps_the_steps_success():
     # The provider answered: its success is a fact, not an unknown outcome.
-    instance = drive(start(gateway(default=False, before=[action("pay")]),
-                           {"value": "v1", "fee": 50}))
+    instance = drive(
+        start(gateway(default=False, before=[action("pay")]), {"value": "v1", "fee": 50})
+    )
     assert instance.status == InstanceStatus.BLOCKED
     assert "gateway 'g': no condition matches" in instance.reason
     assert token_of(instance, "pay").state == TokenState.COMPLETED
@@ -102,18 +111,29 @@ def test_gateway_without_a_match_after_a_step_keeps_the_steps_success():
 
 
 def test_conditions_combine_with_all_any_and_not():
-    when = {"all": [{"var": "fee", "op": "ge", "value": 100},
-                    {"any": [{"var": "kind", "op": "in", "value": ["shop", "bar"]},
-                             {"not": {"var": "exempt", "op": "truthy"}}]}]}
-    doc = graph([node("s", "start"), node("g", "exclusive"), action("a"), action("b"),
-                 node("e", "end")],
-                [("s", "g"), ("g", "a", when), ("g", "b", "default"), ("a", "e"), ("b", "e")],
-                key="tests.conditions")
+    when = {
+        "all": [
+            {"var": "fee", "op": "ge", "value": 100},
+            {
+                "any": [
+                    {"var": "kind", "op": "in", "value": ["shop", "bar"]},
+                    {"not": {"var": "exempt", "op": "truthy"}},
+                ]
+            },
+        ]
+    }
+    doc = graph(
+        [node("s", "start"), node("g", "exclusive"), action("a"), action("b"), node("e", "end")],
+        [("s", "g"), ("g", "a", when), ("g", "b", "default"), ("a", "e"), ("b", "e")],
+        key="tests.conditions",
+    )
     chosen = []
-    for variables in ({"fee": 100, "kind": "bar", "exempt": True},
-                      {"fee": 100, "kind": "home", "exempt": True},
-                      {"fee": 100, "kind": "home"},
-                      {"fee": "lots", "kind": "bar"}):
+    for variables in (
+        {"fee": 100, "kind": "bar", "exempt": True},
+        {"fee": 100, "kind": "home", "exempt": True},
+        {"fee": 100, "kind": "home"},
+        {"fee": "lots", "kind": "bar"},
+    ):
         instance = drive(start(doc, {"value": "v1", **variables}))
         chosen.append(next(n for n in token_states(instance) if n in "ab"))
     assert chosen == ["a", "b", "a", "b"]
@@ -121,20 +141,43 @@ def test_conditions_combine_with_all_any_and_not():
 
 @pytest.mark.parametrize(("variables", "taken"), [({}, "b"), ({"application_id": None}, "a")])
 def test_exists_tells_a_missing_variable_from_a_null_one(variables, taken):
-    doc = graph([node("s", "start"), node("g", "exclusive"), action("a"), action("b"),
-                 node("e", "end")],
-                [("s", "g"), ("g", "a", {"var": "application_id", "op": "exists"}),
-                 ("g", "b", "default"), ("a", "e"), ("b", "e")], key="tests.exists")
+    doc = graph(
+        [node("s", "start"), node("g", "exclusive"), action("a"), action("b"), node("e", "end")],
+        [
+            ("s", "g"),
+            ("g", "a", {"var": "application_id", "op": "exists"}),
+            ("g", "b", "default"),
+            ("a", "e"),
+            ("b", "e"),
+        ],
+        key="tests.exists",
+    )
     instance = drive(start(doc, {"value": "v1", **variables}))
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert taken in token_states(instance)
 
 
 def test_parallel_join_waits_for_every_branch():
-    doc = graph([node("s", "start"), node("split", "parallel_split"), action("a"),
-                 action("b"), node("join", "parallel_join"), action("c"), node("e", "end")],
-                [("s", "split"), ("split", "a"), ("split", "b"), ("a", "join"), ("b", "join"),
-                 ("join", "c"), ("c", "e")])
+    doc = graph(
+        [
+            node("s", "start"),
+            node("split", "parallel_split"),
+            action("a"),
+            action("b"),
+            node("join", "parallel_join"),
+            action("c"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "split"),
+            ("split", "a"),
+            ("split", "b"),
+            ("a", "join"),
+            ("b", "join"),
+            ("join", "c"),
+            ("c", "e"),
+        ],
+    )
     effects.SCRIPT["alpha.write"] = [Pending(poll_after=60)]  # branch a waits on its provider
     instance = drive(start(doc))
     assert instance.status == InstanceStatus.WAITING
@@ -150,10 +193,24 @@ def test_parallel_join_waits_for_every_branch():
 
 
 def test_an_uncertain_branch_keeps_the_instance_blocked_while_the_other_branch_moves():
-    doc = graph([node("s", "start"), node("split", "parallel_split"), action("a"),
-                 action("b"), node("join", "parallel_join"), node("e", "end")],
-                [("s", "split"), ("split", "a"), ("split", "b"), ("a", "join"), ("b", "join"),
-                 ("join", "e")])
+    doc = graph(
+        [
+            node("s", "start"),
+            node("split", "parallel_split"),
+            action("a"),
+            action("b"),
+            node("join", "parallel_join"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "split"),
+            ("split", "a"),
+            ("split", "b"),
+            ("a", "join"),
+            ("b", "join"),
+            ("join", "e"),
+        ],
+    )
     effects.SCRIPT["alpha.write"] = ["raise_after"]  # branch a runs first (lower ordinal)
     instance = drive(start(doc))
     states = token_states(instance)
@@ -163,11 +220,24 @@ def test_an_uncertain_branch_keeps_the_instance_blocked_while_the_other_branch_m
 
 
 def test_a_rejected_branch_keeps_the_instance_blocked_while_the_other_branch_finishes():
-    doc = graph([node("s", "start"), node("split", "parallel_split"),
-                 action("a", value="count"), action("b"), node("join", "parallel_join"),
-                 node("e", "end")],
-                [("s", "split"), ("split", "a"), ("split", "b"), ("a", "join"), ("b", "join"),
-                 ("join", "e")])
+    doc = graph(
+        [
+            node("s", "start"),
+            node("split", "parallel_split"),
+            action("a", value="count"),
+            action("b"),
+            node("join", "parallel_join"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "split"),
+            ("split", "a"),
+            ("split", "b"),
+            ("a", "join"),
+            ("b", "join"),
+            ("join", "e"),
+        ],
+    )
     instance = drive(start(doc, {"value": "v1", "count": 3}))
     states = token_states(instance)
     assert (states["a"], states["b"]) == (TokenState.READY, TokenState.COMPLETED)
@@ -208,23 +278,26 @@ def test_timer_is_due_by_the_database_clock_and_fires_exactly_once(monkeypatch):
 
 def test_timer_at_a_past_moment_fires_on_the_first_sweep():
     instance = drive(start(linear(node("t", "timer", at="2020-01-01T09:00:00+01:00"))))
-    assert Timer.objects.get(instance=instance).due_at == dt.datetime(2020, 1, 1, 8,
-                                                                      tzinfo=dt.UTC)
+    assert Timer.objects.get(instance=instance).due_at == dt.datetime(2020, 1, 1, 8, tzinfo=dt.UTC)
     assert timers_fire(fence=sweeper()) == 1
     assert drive(instance).status == InstanceStatus.COMPLETED
 
 
 def trigger_flow(**extra):
-    return linear(node("w", "trigger", message="payment", correlation="case.id",
-                       output={"paid": "amount"}), action("a"), **extra)
+    return linear(
+        node("w", "trigger", message="payment", correlation="case.id", output={"paid": "amount"}),
+        action("a"),
+        **extra,
+    )
 
 
 def test_trigger_delivery_advances_the_waiting_instance_with_its_payload():
     instance = drive(start(trigger_flow(), {"value": "v1", "case": {"id": "C-1"}}))
     assert instance.status == InstanceStatus.WAITING
     assert token_of(instance, "w").wait_key == "payment:C-1"
-    delivery = trigger_deliver(message="payment", correlation="C-1", delivery_id="bank-1",
-                               payload={"amount": 12})
+    delivery = trigger_deliver(
+        message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 12}
+    )
     assert delivery.state == "consumed" and delivery.token == token_of(instance, "w")
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
@@ -234,11 +307,13 @@ def test_trigger_delivery_advances_the_waiting_instance_with_its_payload():
 
 def test_the_same_delivery_twice_is_one_message():
     instance = drive(start(trigger_flow(), {"value": "v1", "case": {"id": "C-1"}}))
-    first = trigger_deliver(message="payment", correlation="C-1", delivery_id="bank-1",
-                            payload={"amount": 12})
+    first = trigger_deliver(
+        message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 12}
+    )
     drive(instance)
-    again = trigger_deliver(message="payment", correlation="C-1", delivery_id="bank-1",
-                            payload={"amount": 12})
+    again = trigger_deliver(
+        message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 12}
+    )
     assert again.pk == first.pk and TriggerDelivery.objects.count() == 1
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED
@@ -246,19 +321,23 @@ def test_the_same_delivery_twice_is_one_message():
 
 
 def test_the_same_delivery_id_with_other_content_is_refused():
-    trigger_deliver(message="payment", correlation="C-1", delivery_id="bank-1",
-                    payload={"amount": 12})
+    trigger_deliver(
+        message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 12}
+    )
     with pytest.raises(EngineConflict, match="Delivery id 'bank-1' was already used"):
-        trigger_deliver(message="payment", correlation="C-1", delivery_id="bank-1",
-                        payload={"amount": 13})
+        trigger_deliver(
+            message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 13}
+        )
     assert TriggerDelivery.objects.get().payload == {"amount": 12}
 
 
 def test_a_message_that_arrives_first_waits_for_its_instance():
-    early = trigger_deliver(message="payment", correlation="C-7", delivery_id="bank-7",
-                            payload={"amount": 30})
-    other = trigger_deliver(message="payment", correlation="C-8", delivery_id="bank-8",
-                            payload={"amount": 99})
+    early = trigger_deliver(
+        message="payment", correlation="C-7", delivery_id="bank-7", payload={"amount": 30}
+    )
+    other = trigger_deliver(
+        message="payment", correlation="C-8", delivery_id="bank-8", payload={"amount": 99}
+    )
     assert early.state == "received" and early.token is None
     instance = drive(start(trigger_flow(), {"value": "v1", "case": {"id": "C-7"}}))
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
@@ -272,24 +351,36 @@ def test_a_message_that_arrives_first_waits_for_its_instance():
 @pytest.mark.parametrize("payload", [[1, 2], {"amount": float("nan")}])
 def test_a_malformed_message_is_refused(payload):
     with pytest.raises(InvalidRequest, match="payload"):
-        trigger_deliver(message="payment", correlation="C-1", delivery_id="x",
-                        payload=payload)
+        trigger_deliver(message="payment", correlation="C-1", delivery_id="x", payload=payload)
     assert not TriggerDelivery.objects.exists()
 
 
 def test_trigger_without_its_correlation_variable_blocks_with_the_reason():
     instance = drive(start(trigger_flow(), {"value": "v1"}))
     assert instance.status == InstanceStatus.BLOCKED
-    assert instance.reason == ("The workflow cannot continue: trigger 'w': variable 'case.id' "
-                               "is not set; it identifies the awaited message.")
+    assert instance.reason == (
+        "The workflow cannot continue: trigger 'w': variable 'case.id' "
+        "is not set; it identifies the awaited message."
+    )
 
 
 def approval_flow():
-    return graph([node("s", "start"), node("ok", "approval", permission="engine.operate_instance"),
-                  node("g", "exclusive"), action("a"), node("e", "end")],
-                 [("s", "ok"), ("ok", "g"),
-                  ("g", "a", {"var": "ok.approved", "op": "eq", "value": True}),
-                  ("g", "e", "default"), ("a", "e")])
+    return graph(
+        [
+            node("s", "start"),
+            node("ok", "approval", permission="engine.operate_instance"),
+            node("g", "exclusive"),
+            action("a"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "ok"),
+            ("ok", "g"),
+            ("g", "a", {"var": "ok.approved", "op": "eq", "value": True}),
+            ("g", "e", "default"),
+            ("a", "e"),
+        ],
+    )
 
 
 def test_approval_needs_the_nodes_permission(django_user_model):
@@ -301,8 +392,9 @@ def test_approval_needs_the_nodes_permission(django_user_model):
     with pytest.raises(NotPermitted, match=r"needs the permission 'engine\.operate_instance'"):
         approval_decide(instance_id=instance.pk, token_id=token.pk, actor=clerk, approved=True)
     assert token_of(instance, "ok").state == TokenState.WAITING
-    approval_decide(instance_id=instance.pk, token_id=token.pk, actor=head, approved=True,
-                    note="Fine by me.")
+    approval_decide(
+        instance_id=instance.pk, token_id=token.pk, actor=head, approved=True, note="Fine by me."
+    )
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert instance.variables["ok"] == {"approved": True, "by": "head", "note": "Fine by me."}
@@ -314,16 +406,16 @@ def test_approval_needs_the_nodes_permission(django_user_model):
 def test_a_rejection_is_recorded_and_routes_on(django_user_model):
     head = user_with(django_user_model, "head", "engine.operate_instance")
     instance = drive(start(approval_flow()))
-    approval_decide(instance_id=instance.pk, token_id=token_of(instance, "ok").pk, actor=head,
-                    approved=False)
+    approval_decide(
+        instance_id=instance.pk, token_id=token_of(instance, "ok").pk, actor=head, approved=False
+    )
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED
     assert instance.variables["ok"]["approved"] is False and effects.call_count() == 0
 
 
 def test_external_task_completes_with_the_workers_result():
-    instance = drive(start(linear(node("x", "external", topic="scan",
-                                       output={"pages": "pages"}))))
+    instance = drive(start(linear(node("x", "external", topic="scan", output={"pages": "pages"}))))
     token = token_of(instance, "x")
     assert (token.wait_kind, token.wait_key) == (WaitKind.EXTERNAL, "scan")
     external_complete(instance_id=instance.pk, token_id=token.pk, payload={"pages": 4})

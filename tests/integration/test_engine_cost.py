@@ -79,8 +79,9 @@ def test_a_non_atomic_step_costs_twelve_statements_and_two_commits(settings):
         report = instance_run(instance_id=instance.pk)
     assert report.steps == 5 and report.status == InstanceStatus.COMPLETED
     queries = captured.captured_queries
-    totals = {k: sum(kind(q["sql"]) == k for q in queries)
-              for k in ("BEGIN", "COMMIT", "SAVEPOINT")}
+    totals = {
+        k: sum(kind(q["sql"]) == k for q in queries) for k in ("BEGIN", "COMMIT", "SAVEPOINT")
+    }
     totals["STATEMENT"] = len(queries) - sum(totals.values())
     print(f"\n5 non-atomic steps on {connection.vendor}: {totals}")
     per_step = steps_of(queries)
@@ -89,8 +90,7 @@ def test_a_non_atomic_step_costs_twelve_statements_and_two_commits(settings):
     middle = {"STATEMENT": 12, "COMMIT": 2, "BEGIN": 2, "SAVEPOINT": 0}
     assert per_step[:4] == [middle] * 4
     # The last step inserts no next token; the run then releases its lease.
-    assert per_step[4] == {"STATEMENT": 11 + 1, "COMMIT": 2 + 1, "BEGIN": 2 + 1,
-                           "SAVEPOINT": 0}
+    assert per_step[4] == {"STATEMENT": 11 + 1, "COMMIT": 2 + 1, "BEGIN": 2 + 1, "SAVEPOINT": 0}
     assert totals == {"BEGIN": 12, "COMMIT": 12, "SAVEPOINT": 0, "STATEMENT": 63}
 
 

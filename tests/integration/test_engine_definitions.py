@@ -76,36 +76,70 @@ def test_unreachable_node_is_reported():
 
 def test_join_without_its_split_is_reported():
     doc = graph(
-        [node("s", "start"), node("g", "exclusive"), action("a"), action("b"),
-         node("j", "parallel_join"), node("e", "end")],
-        [("s", "g"), ("g", "a", {"var": "x", "op": "truthy"}), ("g", "b", "default"),
-         ("a", "j"), ("b", "j"), ("j", "e")],
+        [
+            node("s", "start"),
+            node("g", "exclusive"),
+            action("a"),
+            action("b"),
+            node("j", "parallel_join"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "g"),
+            ("g", "a", {"var": "x", "op": "truthy"}),
+            ("g", "b", "default"),
+            ("a", "j"),
+            ("b", "j"),
+            ("j", "e"),
+        ],
     )
     assert "a parallel join without its parallel split" in one_problem(doc)
 
 
 def test_a_loop_of_gateways_without_a_step_is_reported():
-    doc = graph([node("s", "start"), node("g1", "exclusive"), node("g2", "exclusive"),
-                 action("a"), node("e", "end")],
-                [("s", "g1"), ("g1", "a", {"var": "x", "op": "truthy"}), ("g1", "g2", "default"),
-                 ("g2", "g1", {"var": "y", "op": "truthy"}), ("g2", "e", "default"),
-                 ("a", "e")])
-    assert one_problem(doc) == ("nodes g1 → g2 → g1 form a loop of gateways with no step, "
-                                "timer or wait in between; an instance would go round it "
-                                "forever.")
+    doc = graph(
+        [
+            node("s", "start"),
+            node("g1", "exclusive"),
+            node("g2", "exclusive"),
+            action("a"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "g1"),
+            ("g1", "a", {"var": "x", "op": "truthy"}),
+            ("g1", "g2", "default"),
+            ("g2", "g1", {"var": "y", "op": "truthy"}),
+            ("g2", "e", "default"),
+            ("a", "e"),
+        ],
+    )
+    assert one_problem(doc) == (
+        "nodes g1 → g2 → g1 form a loop of gateways with no step, "
+        "timer or wait in between; an instance would go round it "
+        "forever."
+    )
 
 
 def test_a_loop_through_a_step_is_allowed():
-    doc = graph([node("s", "start"), action("a"), node("g", "exclusive"), node("e", "end")],
-                [("s", "a"), ("a", "g"), ("g", "a", {"var": "again", "op": "truthy"}),
-                 ("g", "e", "default")])
+    doc = graph(
+        [node("s", "start"), action("a"), node("g", "exclusive"), node("e", "end")],
+        [
+            ("s", "a"),
+            ("a", "g"),
+            ("g", "a", {"var": "again", "op": "truthy"}),
+            ("g", "e", "default"),
+        ],
+    )
     assert definition_publish(document=doc)
 
 
 def test_action_no_provider_registers_is_reported_with_what_to_do():
     problem = one_problem(linear(action("a", name="gamma.launch")))
-    assert problem == ("node 'a': no installed provider registers action 'gamma.launch'. "
-                       "Install its module or fix the name.")
+    assert problem == (
+        "node 'a': no installed provider registers action 'gamma.launch'. "
+        "Install its module or fix the name."
+    )
 
 
 def test_action_name_that_is_not_a_string_is_reported():
@@ -113,8 +147,9 @@ def test_action_name_that_is_not_a_string_is_reported():
     assert "node 'a': 'action' must be the name of a registered action" in problem
 
 
-@pytest.mark.parametrize(("name", "field"), [("alpha.restore", "backup_ref"),
-                                             ("alpha.publish", "approval_ref")])
+@pytest.mark.parametrize(
+    ("name", "field"), [("alpha.restore", "backup_ref"), ("alpha.publish", "approval_ref")]
+)
 def test_gated_action_without_its_pinned_reference_is_reported(name, field):
     problem = one_problem(linear(action("a", name=name)))
     assert f"action '{name}'" in problem and f"needs a pinned '{field}'" in problem
@@ -122,25 +157,31 @@ def test_gated_action_without_its_pinned_reference_is_reported(name, field):
     assert definition_publish(document=linear(action("a", name=name, **{field: "ref-1"})))
 
 
-@pytest.mark.parametrize(("when", "expected"), [
-    ({"var": "fee", "op": "around", "value": 1}, "unknown operator 'around'"),
-    ({"var": "fee", "op": ["gt"], "value": 1}, "unknown operator ['gt']"),
-    ({"var": "fee", "op": "gt"}, "operator 'gt' needs a 'value'"),
-    ({"var": "fee bill", "op": "truthy"}, "'fee bill' is not a variable path"),
-    ({"op": "truthy"}, "needs 'var' and 'op'"),
-    ({"all": []}, "'all'/'any' takes a non-empty list"),
-    ("fee > 100", "a condition is an object"),
-])
+@pytest.mark.parametrize(
+    ("when", "expected"),
+    [
+        ({"var": "fee", "op": "around", "value": 1}, "unknown operator 'around'"),
+        ({"var": "fee", "op": ["gt"], "value": 1}, "unknown operator ['gt']"),
+        ({"var": "fee", "op": "gt"}, "operator 'gt' needs a 'value'"),
+        ({"var": "fee bill", "op": "truthy"}, "'fee bill' is not a variable path"),
+        ({"op": "truthy"}, "needs 'var' and 'op'"),
+        ({"all": []}, "'all'/'any' takes a non-empty list"),
+        ("fee > 100", "a condition is an object"),
+    ],
+)
 def test_malformed_condition_is_reported_on_its_transition(when, expected):
-    doc = graph([node("s", "start"), node("g", "exclusive"), node("e", "end")],
-                [("s", "g"), ("g", "e", when)])
+    doc = graph(
+        [node("s", "start"), node("g", "exclusive"), node("e", "end")],
+        [("s", "g"), ("g", "e", when)],
+    )
     problem = one_problem(doc)
     assert problem.startswith("transitions[1] (g → e): ") and expected in problem
 
 
 def test_default_that_is_not_a_boolean_is_reported():
-    doc = graph([node("s", "start"), node("g", "exclusive"), node("e", "end")],
-                [("s", "g"), ("g", "e")])
+    doc = graph(
+        [node("s", "start"), node("g", "exclusive"), node("e", "end")], [("s", "g"), ("g", "e")]
+    )
     doc["transitions"][1]["default"] = "yes"
     assert any("'default' must be true or false, not 'yes'" in p for p in problems_of(doc))
 
@@ -148,13 +189,13 @@ def test_default_that_is_not_a_boolean_is_reported():
 @pytest.mark.parametrize("duration", ["10 minutes", "P", "PT", "P1DT", "-PT5S", "P1Y", 30])
 def test_bad_timer_duration_is_reported(duration):
     problem = one_problem(linear(node("t", "timer", duration=duration)))
-    assert problem == (f"node 't': duration {duration!r} is not an ISO 8601 duration such as "
-                       "PT30S or P2D.")
+    assert problem == (
+        f"node 't': duration {duration!r} is not an ISO 8601 duration such as PT30S or P2D."
+    )
 
 
 def test_absurdly_long_timer_is_reported():
-    assert "longer than 100 years" in one_problem(linear(node("t", "timer",
-                                                              duration="P99999999D")))
+    assert "longer than 100 years" in one_problem(linear(node("t", "timer", duration="P99999999D")))
 
 
 def test_timer_needs_exactly_one_of_duration_and_at():
@@ -164,8 +205,9 @@ def test_timer_needs_exactly_one_of_duration_and_at():
 
 
 def test_every_problem_is_listed_at_once():
-    doc = linear(node("x", "script"), action("a", name="gamma.launch"),
-                 node("t", "timer", duration="soon"))
+    doc = linear(
+        node("x", "script"), action("a", name="gamma.launch"), node("t", "timer", duration="soon")
+    )
     doc["version"] = 0
     problems = problems_of(doc)
     assert len(problems) >= 4
@@ -223,8 +265,9 @@ def write(folder, name: str, document) -> str:
 
 def test_load_workflows_publishes_files_and_reloading_is_a_no_op(tmp_path, capsys):
     one = write(tmp_path, "one.json", linear(action("a"), key="tests.files", version=1))
-    two = write(tmp_path, "two.json", linear(action("a"), action("b"), key="tests.files",
-                                             version=2))
+    two = write(
+        tmp_path, "two.json", linear(action("a"), action("b"), key="tests.files", version=2)
+    )
     call_command("load_workflows", one, two)
     out = capsys.readouterr().out
     assert "tests.files v1" in out and "tests.files v2" in out and "from two.json" in out
@@ -248,8 +291,7 @@ def test_load_workflows_reports_each_bad_file_and_still_loads_the_good_ones(tmp_
 def test_load_workflows_refuses_a_changed_file_under_a_published_version(tmp_path, capsys):
     path = write(tmp_path, "flow.json", linear(action("a"), key="tests.changed", version=1))
     call_command("load_workflows", path)
-    write(tmp_path, "flow.json", linear(action("a"), action("b"), key="tests.changed",
-                                        version=1))
+    write(tmp_path, "flow.json", linear(action("a"), action("b"), key="tests.changed", version=1))
     with pytest.raises(CommandError):
         call_command("load_workflows", path)
     assert "publish it as version 2" in capsys.readouterr().err

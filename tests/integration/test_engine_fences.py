@@ -58,7 +58,8 @@ def run(instance, worker: str = "worker-1"):
 
 @pytest.mark.django_db
 def test_a_worker_whose_lease_lapsed_during_the_call_cannot_commit_the_result(
-        short_lease, settings):
+    short_lease, settings
+):
     thief = {}
 
     def slow(context):
@@ -88,7 +89,8 @@ def test_a_worker_whose_lease_lapsed_during_the_call_cannot_commit_the_result(
 
 @pytest.mark.django_db
 def test_a_worker_whose_lease_lapsed_before_dispatch_records_and_calls_nothing(
-        short_lease, settings):
+    short_lease, settings
+):
     thief = {}
 
     def slow_preview(data):
@@ -166,8 +168,12 @@ def test_a_stale_sweeper_cannot_fire_a_timer():
 
 @pytest.mark.django_db
 def test_a_stale_trigger_consumer_cannot_consume(monkeypatch):
-    instance = drive(start(linear(node("w", "trigger", message="payment", correlation="case"),
-                                  action("a")), {"value": "v1", "case": "C-1"}))
+    instance = drive(
+        start(
+            linear(node("w", "trigger", message="payment", correlation="case"), action("a")),
+            {"value": "v1", "case": "C-1"},
+        )
+    )
     thief = {}
 
     def lapsing_acquire(*, key, holder, ttl):
@@ -176,8 +182,9 @@ def test_a_stale_trigger_consumer_cannot_consume(monkeypatch):
         return fence
 
     monkeypatch.setattr(triggers, "lease_acquire", lapsing_acquire)
-    delivery = trigger_deliver(message="payment", correlation="C-1", delivery_id="bank-1",
-                               payload={"amount": 5})
+    delivery = trigger_deliver(
+        message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 5}
+    )
     assert delivery.state == "received", "recorded, but not consumed by the stale consumer"
     assert token_of(instance, "w").state == TokenState.WAITING
     monkeypatch.undo()
@@ -218,8 +225,11 @@ def test_concurrent_runs_of_one_instance_make_each_transition_once(on_postgres, 
     def work(i: int) -> None:
         for _ in range(200):
             report = instance_run(instance_id=instance.pk, worker=f"racer-{i}")
-            if report.status in {InstanceStatus.COMPLETED, InstanceStatus.FAILED,
-                                 InstanceStatus.BLOCKED}:
+            if report.status in {
+                InstanceStatus.COMPLETED,
+                InstanceStatus.FAILED,
+                InstanceStatus.BLOCKED,
+            }:
                 return
 
     assert _race(6, work) == []
@@ -236,13 +246,20 @@ def test_concurrent_runs_of_one_instance_make_each_transition_once(on_postgres, 
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_deliveries_of_one_message_are_consumed_once(on_postgres):
-    instance = drive(start(linear(node("w", "trigger", message="payment", correlation="case"),
-                                  action("a")), {"value": "v1", "case": "C-1"}))
+    instance = drive(
+        start(
+            linear(node("w", "trigger", message="payment", correlation="case"), action("a")),
+            {"value": "v1", "case": "C-1"},
+        )
+    )
     results = []
 
     def work(i: int) -> None:
-        results.append(trigger_deliver(message="payment", correlation="C-1",
-                                       delivery_id="bank-1", payload={"amount": 5}).pk)
+        results.append(
+            trigger_deliver(
+                message="payment", correlation="C-1", delivery_id="bank-1", payload={"amount": 5}
+            ).pk
+        )
 
     assert _race(5, work) == []
     assert len(set(results)) == 1 and TriggerDelivery.objects.count() == 1
@@ -252,8 +269,9 @@ def test_concurrent_deliveries_of_one_message_are_consumed_once(on_postgres):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_cancel_racing_the_workers_stops_the_instance_cleanly(on_postgres, settings,
-                                                                django_user_model):
+def test_a_cancel_racing_the_workers_stops_the_instance_cleanly(
+    on_postgres, settings, django_user_model
+):
     operator = user_with(django_user_model, "operator", "engine.operate_instance")
     settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
     instance = start(linear(*(action(f"s{i}") for i in range(1, 9))))
@@ -270,7 +288,9 @@ def test_a_cancel_racing_the_workers_stops_the_instance_cleanly(on_postgres, set
         else:
             for _ in range(200):
                 if instance_run(instance_id=instance.pk, worker=f"racer-{i}").status in {
-                        InstanceStatus.COMPLETED, InstanceStatus.CANCELLED}:
+                    InstanceStatus.COMPLETED,
+                    InstanceStatus.CANCELLED,
+                }:
                     return
 
     assert _race(4, work) == []

@@ -56,15 +56,19 @@ def uncertain(script: str = "raise_after"):
 def decide(instance, kind: str, requester, approver, **kwargs) -> Decision:
     kwargs.setdefault("checks", CHECKS)
     kwargs.setdefault("evidence", [evidence()] if kind != "cancel" else [])
-    decision = handoff_request(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                               kind=kind, rationale="The store shows what happened.",
-                               actor=requester, **kwargs)
+    decision = handoff_request(
+        instance_id=instance.pk,
+        token_id=token_of(instance, "a").pk,
+        kind=kind,
+        rationale="The store shows what happened.",
+        actor=requester,
+        **kwargs,
+    )
     assert decision.state == "requested"
     return handoff_approve(decision_id=decision.pk, actor=approver)
 
 
-def test_effect_confirmed_completes_the_step_without_calling_the_provider(
-        requester, approver):
+def test_effect_confirmed_completes_the_step_without_calling_the_provider(requester, approver):
     instance = uncertain("raise_after")
     assert effects.call_count("alpha.write") == 1
     approved = decide(instance, "effect_confirmed", requester, approver)
@@ -79,7 +83,8 @@ def test_effect_confirmed_completes_the_step_without_calling_the_provider(
 
 
 def test_effect_absent_fails_the_step_and_a_deliberate_retry_completes_it_once(
-        requester, approver, operator):
+    requester, approver, operator
+):
     instance = uncertain("raise_before")
     decide(instance, "effect_absent", requester, approver)
     instance.refresh_from_db()
@@ -101,7 +106,8 @@ def test_effect_absent_fails_the_step_and_a_deliberate_retry_completes_it_once(
 
 
 def test_retry_after_effect_absent_executes_again_rather_than_polling(
-        requester, approver, operator):
+    requester, approver, operator
+):
     effects.SCRIPT["alpha.write"] = [Pending(poll_after=60)]
     effects.SCRIPT["alpha.write:poll"] = ["raise_after"]
     write, calls = counted(poll=_raising_poll)
@@ -112,8 +118,7 @@ def test_retry_after_effect_absent_executes_again_rather_than_polling(
         instance = drive(instance)
         assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
         decide(instance, "effect_absent", requester, approver)
-        step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                   actor=operator)
+        step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk, actor=operator)
         instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert [phase for phase, _, _ in calls] == ["execute", "poll", "execute"]
@@ -124,8 +129,7 @@ def _raising_poll(context):
     raise TimeoutError("the provider's status page timed out")
 
 
-def test_cancel_decision_cancels_the_instance_without_touching_the_provider(
-        requester, approver):
+def test_cancel_decision_cancels_the_instance_without_touching_the_provider(requester, approver):
     instance = uncertain()
     decide(instance, "cancel", requester, approver)
     instance = drive(instance)
@@ -141,9 +145,15 @@ def test_cancel_decision_cancels_the_instance_without_touching_the_provider(
 def test_the_requester_cannot_approve_their_own_decision(approver):
     instance = uncertain()
     # Even someone who may approve decisions cannot approve their own.
-    decision = handoff_request(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                               kind="effect_confirmed", rationale="I checked.", actor=approver,
-                               evidence=[evidence()], checks=CHECKS)
+    decision = handoff_request(
+        instance_id=instance.pk,
+        token_id=token_of(instance, "a").pk,
+        kind="effect_confirmed",
+        rationale="I checked.",
+        actor=approver,
+        evidence=[evidence()],
+        checks=CHECKS,
+    )
     with pytest.raises(api.DecisionError, match="cannot approve it"):
         handoff_approve(decision_id=decision.pk, actor=approver)
     instance.refresh_from_db()
@@ -156,27 +166,51 @@ def test_a_decision_needs_the_providers_checks_answered_and_evidence(requester):
     instance = uncertain()
     token = token_of(instance, "a")
     with pytest.raises(api.DecisionError, match="verification checks first: store"):
-        handoff_request(instance_id=instance.pk, token_id=token.pk, kind="effect_absent",
-                        rationale="Not there.", actor=requester, evidence=[evidence()])
+        handoff_request(
+            instance_id=instance.pk,
+            token_id=token.pk,
+            kind="effect_absent",
+            rationale="Not there.",
+            actor=requester,
+            evidence=[evidence()],
+        )
     with pytest.raises(api.DecisionError, match="needs at least one evidence file"):
-        handoff_request(instance_id=instance.pk, token_id=token.pk, kind="effect_absent",
-                        rationale="Not there.", actor=requester, checks=CHECKS)
+        handoff_request(
+            instance_id=instance.pk,
+            token_id=token.pk,
+            kind="effect_absent",
+            rationale="Not there.",
+            actor=requester,
+            checks=CHECKS,
+        )
     assert not Decision.objects.exists()
 
 
 def test_only_an_uncertain_step_takes_a_decision(requester):
     instance = drive(start(linear(action("a"))))
     with pytest.raises(EngineConflict, match="Only a step whose outcome is unknown"):
-        handoff_request(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                        kind="effect_confirmed", rationale="x", actor=requester,
-                        evidence=[evidence()], checks=CHECKS)
+        handoff_request(
+            instance_id=instance.pk,
+            token_id=token_of(instance, "a").pk,
+            kind="effect_confirmed",
+            rationale="x",
+            actor=requester,
+            evidence=[evidence()],
+            checks=CHECKS,
+        )
 
 
 def test_approval_waits_while_a_worker_holds_the_instance(requester, approver):
     instance = uncertain()
-    decision = handoff_request(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                               kind="effect_confirmed", rationale="Seen in the store.",
-                               actor=requester, evidence=[evidence()], checks=CHECKS)
+    decision = handoff_request(
+        instance_id=instance.pk,
+        token_id=token_of(instance, "a").pk,
+        kind="effect_confirmed",
+        rationale="Seen in the store.",
+        actor=requester,
+        evidence=[evidence()],
+        checks=CHECKS,
+    )
     busy = api.lease_acquire(key=instance_lease_key(instance.pk), holder="busy-worker", ttl=30)
     with pytest.raises(EngineConflict, match="A worker is advancing this instance"):
         handoff_approve(decision_id=decision.pk, actor=approver)
@@ -200,19 +234,20 @@ def test_retry_and_cancel_need_the_operate_permission(django_user_model, request
 def test_a_plain_cancel_is_refused_while_a_step_outcome_is_unknown(operator):
     instance = uncertain()
     with pytest.raises(EngineConflict, match="Cancel it through a decision"):
-        instance_cancel(instance_id=instance.pk, actor=operator,
-                        reason="The applicant withdrew.")
+        instance_cancel(instance_id=instance.pk, actor=operator, reason="The applicant withdrew.")
     instance.refresh_from_db()
     assert instance.status == InstanceStatus.BLOCKED
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
 
 
 def test_operator_cancel_cancels_every_active_step(operator):
-    instance = drive(start(linear(
-        {"id": "wait", "type": "approval", "permission": "engine.operate_instance"})))
+    instance = drive(
+        start(linear({"id": "wait", "type": "approval", "permission": "engine.operate_instance"}))
+    )
     assert instance.status == InstanceStatus.WAITING
-    cancelled = instance_cancel(instance_id=instance.pk, actor=operator,
-                                reason="The applicant withdrew.")
+    cancelled = instance_cancel(
+        instance_id=instance.pk, actor=operator, reason="The applicant withdrew."
+    )
     assert cancelled.status == InstanceStatus.CANCELLED
     assert cancelled.reason == "Cancelled by operator: The applicant withdrew."
     assert token_of(instance, "wait").state == TokenState.CANCELLED
@@ -225,8 +260,7 @@ def test_a_cancelled_instance_stays_cancelled(requester, approver, operator):
     decide(instance, "effect_absent", requester, approver)
     instance_cancel(instance_id=instance.pk, actor=operator, reason="The applicant withdrew.")
     with pytest.raises(EngineConflict, match="is cancelled; its steps are not retried"):
-        step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                   actor=operator)
+        step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk, actor=operator)
     instance = drive(instance)
     assert instance.status == InstanceStatus.CANCELLED
     assert token_of(instance, "a").state == TokenState.FAILED

@@ -22,10 +22,18 @@ from tests.providers.alpha import effects
 
 pytestmark = pytest.mark.django_db
 
-SCHEMA = {"type": "object", "required": ["applicant"],
-          "properties": {"applicant": {"type": "object", "required": ["name"],
-                                       "properties": {"name": {"type": "string"}}},
-                         "fee": {"type": "number", "minimum": 0}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["applicant"],
+    "properties": {
+        "applicant": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}},
+        },
+        "fee": {"type": "number", "minimum": 0},
+    },
+}
 
 
 @pytest.fixture(autouse=True)
@@ -50,8 +58,9 @@ def refused(definition, variables) -> str:
 
 @pytest.mark.parametrize("variables", [["applicant"], "applicant=Ada", 42])
 def test_start_with_variables_that_are_not_an_object_is_refused(definition, variables):
-    assert refused(definition, variables) == ("Variables must be a JSON object mapping names "
-                                              "to values.")
+    assert refused(definition, variables) == (
+        "Variables must be a JSON object mapping names to values."
+    )
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -78,16 +87,14 @@ def test_start_without_a_required_variable_is_refused(definition):
 
 def test_start_with_a_bad_tenant_is_refused(definition):
     with pytest.raises(InvalidRequest, match="tenant must be a non-empty string"):
-        instance_start(definition=definition, variables={"applicant": {"name": "Ada"}},
-                       tenant=" ")
+        instance_start(definition=definition, variables={"applicant": {"name": "Ada"}}, tenant=" ")
     assert Instance.objects.count() == 0
 
 
 def test_start_needs_the_start_permission(definition, django_user_model):
     clerk = user_with(django_user_model, "clerk")
     with pytest.raises(InvalidRequest, match=r"engine\.start_instance"):
-        instance_start(definition=definition, variables={"applicant": {"name": "Ada"}},
-                       actor=clerk)
+        instance_start(definition=definition, variables={"applicant": {"name": "Ada"}}, actor=clerk)
     assert Instance.objects.count() == 0
 
 
@@ -104,8 +111,12 @@ def assert_blocked_before_dispatch(instance, kind: str, *fragments: str) -> None
 def test_action_input_violating_the_action_schema_blocks_before_dispatch():
     instance = drive(start(linear(action("a", value="count")), variables={"count": 5}))
     assert_blocked_before_dispatch(
-        instance, "input", "The input of step 'a' violates the schema of alpha.write",
-        "value: 5 is not of type 'string'", "Nothing was dispatched")
+        instance,
+        "input",
+        "The input of step 'a' violates the schema of alpha.write",
+        "value: 5 is not of type 'string'",
+        "Nothing was dispatched",
+    )
 
 
 def test_a_rejected_step_is_tried_once_per_run_and_opens_one_incident():
@@ -120,16 +131,28 @@ def test_a_rejected_step_is_tried_once_per_run_and_opens_one_incident():
 
 
 def test_missing_variable_in_an_input_mapping_blocks_naming_the_variable():
-    instance = drive(start(linear(action("a", value="applicant.name")),
-                           variables={"applicant": {}}))
+    instance = drive(
+        start(linear(action("a", value="applicant.name")), variables={"applicant": {}})
+    )
     assert_blocked_before_dispatch(
-        instance, "input",
-        "Step 'a' needs the variable 'applicant.name', which is not set.")
+        instance, "input", "Step 'a' needs the variable 'applicant.name', which is not set."
+    )
 
 
 def test_a_literal_input_needs_no_variable():
-    instance = drive(start(linear({"id": "a", "type": "action", "action": "alpha.write",
-                                   "input": {"value": {"value": "fixed"}}}), variables={}))
+    instance = drive(
+        start(
+            linear(
+                {
+                    "id": "a",
+                    "type": "action",
+                    "action": "alpha.write",
+                    "input": {"value": {"value": "fixed"}},
+                }
+            ),
+            variables={},
+        )
+    )
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert instance.variables["a"]["stored"] == "fixed"
 
@@ -147,9 +170,12 @@ def test_a_preview_that_raises_blocks_before_dispatch_and_is_retried_later():
         instance = start(linear(action("a")))
         instance_run(instance_id=instance.pk)
         instance.refresh_from_db()
-        assert_blocked_before_dispatch(instance, "preview",
-                                       "The preview of alpha.write for step 'a' raised KeyError",
-                                       "nothing was dispatched")
+        assert_blocked_before_dispatch(
+            instance,
+            "preview",
+            "The preview of alpha.write for step 'a' raised KeyError",
+            "nothing was dispatched",
+        )
         instance = drive(instance)  # what the sweep's re-enqueue does
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert instance.reason == ""
@@ -162,6 +188,8 @@ def test_a_step_of_a_deactivated_starter_is_not_dispatched(django_user_model):
     assert instance.access["started_by"] == starter.pk
     django_user_model.objects.filter(pk=starter.pk).update(is_active=False)
     instance = drive(instance)
-    assert_blocked_before_dispatch(instance, "access_revoked",
-                                   f"The user who started this instance (id {starter.pk}) "
-                                   "is no longer active")
+    assert_blocked_before_dispatch(
+        instance,
+        "access_revoked",
+        f"The user who started this instance (id {starter.pk}) is no longer active",
+    )

@@ -24,8 +24,9 @@ from tests.providers.alpha import effects
 
 ROOT = Path(__file__).resolve().parents[2]
 
-DOCUMENT = linear(action("a"), action("b", name="beta.stamp"), action("c"),
-                  key="tests.modules", version=1)
+DOCUMENT = linear(
+    action("a"), action("b", name="beta.stamp"), action("c"), key="tests.modules", version=1
+)
 
 # Runs in a fresh process against its own SQLite file: publish, start, run, report.
 SCRIPT = """
@@ -57,11 +58,23 @@ print(json.dumps({
 def run_with(settings_module: str, tmp_path: Path) -> dict:
     folder = tmp_path / settings_module.rsplit(".", 1)[-1]
     folder.mkdir()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, "DATABASE_URL": "",
-           "GOVFLOW_SQLITE_PATH": str(folder / "db.sqlite3"),
-           "ALPHA_STORE": str(folder / "alpha.sqlite3"), "GOVFLOW_LOG_LEVEL": "WARNING"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(DOCUMENT)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": settings_module,
+        "DATABASE_URL": "",
+        "GOVFLOW_SQLITE_PATH": str(folder / "db.sqlite3"),
+        "ALPHA_STORE": str(folder / "alpha.sqlite3"),
+        "GOVFLOW_LOG_LEVEL": "WARNING",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(DOCUMENT)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -73,8 +86,11 @@ def test_provider_order_changes_neither_fingerprint_nor_operation_keys(tmp_path)
     assert ba["apps"] == ["tests.providers.beta", "tests.providers.alpha"]
     assert ab["status"] == ba["status"] == InstanceStatus.COMPLETED
     assert ab["fingerprint"] == ba["fingerprint"] == ab["pinned"] == ba["pinned"]
-    assert [op[:2] for op in ab["operations"]] == [["a", "alpha.write"], ["b", "beta.stamp"],
-                                                  ["c", "alpha.write"]]
+    assert [op[:2] for op in ab["operations"]] == [
+        ["a", "alpha.write"],
+        ["b", "beta.stamp"],
+        ["c", "alpha.write"],
+    ]
     assert ab["operations"] == ba["operations"]
     assert all(op[2].startswith("op-") for op in ab["operations"])
 
@@ -94,17 +110,23 @@ def test_a_missing_provider_blocks_its_instances_with_a_clear_reason(clean_store
     with registry.override(remove=("beta.stamp",)):
         report = instance_run(instance_id=instance.pk)
         instance_run(instance_id=instance.pk)  # the sweep tries again: no second incident
-        assert definitions_unresolved() == [(
-            "tests.modules", 1,
-            "node 'b': no installed provider registers action 'beta.stamp'. Install its "
-            "module or fix the name.")]
+        assert definitions_unresolved() == [
+            (
+                "tests.modules",
+                1,
+                "node 'b': no installed provider registers action 'beta.stamp'. Install its "
+                "module or fix the name.",
+            )
+        ]
         with pytest.raises(InvalidRequest, match="cannot run here: node 'b'"):
             instance_start(definition=definition, variables={"value": "v1"})
     instance.refresh_from_db()
     assert report.status == instance.status == InstanceStatus.BLOCKED
-    assert instance.reason == ("The definition no longer resolves here: node 'b': no installed "
-                               "provider registers action 'beta.stamp'. Install its module or "
-                               "fix the name.")
+    assert instance.reason == (
+        "The definition no longer resolves here: node 'b': no installed "
+        "provider registers action 'beta.stamp'. Install its module or "
+        "fix the name."
+    )
     assert list(Incident.objects.values_list("kind", flat=True)) == ["definition_unresolved"]
     assert not Operation.objects.exists() and effects.call_count() == 0
     # Reinstalled, the provider's instances move on by themselves.

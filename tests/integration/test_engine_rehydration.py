@@ -56,12 +56,12 @@ def stopped_before(instance, settings, node_id: str = "a") -> Token:
     while not Token.objects.filter(instance=instance, node_id=node_id).exists():
         run(instance)
     Token.objects.filter(instance=instance, node_id=node_id).update(
-        state=TokenState.EXECUTING, operation_key="")
+        state=TokenState.EXECUTING, operation_key=""
+    )
     return token_of(instance, node_id)
 
 
-def test_an_executing_step_that_never_dispatched_is_ready_again_with_the_next_attempt(
-        settings):
+def test_an_executing_step_that_never_dispatched_is_ready_again_with_the_next_attempt(settings):
     instance = start(linear(action("a")))
     stopped_before(instance, settings)
     settings.GOVFLOW_MAX_STEPS_PER_RUN = 0  # rehydrate only
@@ -80,6 +80,7 @@ def test_an_executing_step_that_never_dispatched_is_ready_again_with_the_next_at
 
 def killed_after_dispatch(monkeypatch, **changes):
     """An instance whose worker died right after the provider did its effect."""
+
     def execute(context):
         alpha.write.execute(context)
         raise WorkerKilled
@@ -95,7 +96,8 @@ def killed_after_dispatch(monkeypatch, **changes):
 
 
 def test_an_executing_step_that_dispatched_becomes_outcome_unknown_without_a_call(
-        monkeypatch, settings):
+    monkeypatch, settings
+):
     settings.GOVFLOW_LEASE_TTL = 0.5
     instance, write, calls = killed_after_dispatch(monkeypatch)
     assert token_of(instance, "a").state == TokenState.EXECUTING
@@ -125,9 +127,11 @@ def test_an_executing_step_whose_operation_already_ended_blocks_for_an_operator(
     settings.GOVFLOW_MAX_STEPS_PER_RUN = 500
     run(instance)
     assert instance.status == InstanceStatus.BLOCKED
-    assert instance.reason == (f"Step 'a' was left executing while its operation {op.key} is "
-                               "succeeded. An operator must look at it before anything moves "
-                               "on.")
+    assert instance.reason == (
+        f"Step 'a' was left executing while its operation {op.key} is "
+        "succeeded. An operator must look at it before anything moves "
+        "on."
+    )
     assert [kind for kind, _ in incidents(instance)] == ["inconsistent"]
 
 
@@ -155,7 +159,8 @@ def test_the_sweep_requeues_an_instance_left_by_a_dead_worker(monkeypatch, setti
 
 
 def test_cancelling_after_a_dead_worker_records_the_outcome_as_unknown(
-        monkeypatch, settings, django_user_model):
+    monkeypatch, settings, django_user_model
+):
     settings.GOVFLOW_LEASE_TTL = 0.5
     operator = user_with(django_user_model, "operator", "engine.operate_instance")
     instance, _, calls = killed_after_dispatch(monkeypatch)

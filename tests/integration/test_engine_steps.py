@@ -49,13 +49,18 @@ def test_non_atomic_step_records_two_checkpoints_and_maps_its_output():
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert instance.completed_at is not None
     # Without an output mapping the whole result sits under the node id.
-    assert instance.variables["a"] == {"stored": "v1", "key": token_of(instance, "a")
-                                       .idempotency_key}
+    assert instance.variables["a"] == {
+        "stored": "v1",
+        "key": token_of(instance, "a").idempotency_key,
+    }
     assert instance.variables["receipt"] == {"key": token_of(instance, "b").idempotency_key}
     assert "b" not in instance.variables
     assert op_states(instance) == ["succeeded", "succeeded"]
-    kinds = list(Checkpoint.objects.filter(subject_id=subject(instance).id)
-                 .order_by("seq").values_list("kind", flat=True))
+    kinds = list(
+        Checkpoint.objects.filter(subject_id=subject(instance).id)
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
     assert kinds == ["operation.recorded", "operation.observed"] * 2
     assert chain_ok(instance)
     assert effects.call_count("alpha.write") == 2 and len(effects.effects()) == 2
@@ -83,8 +88,11 @@ def test_transient_failure_is_retried_after_backoff_under_a_new_key_and_same_ide
         instance = start(linear(action("a")))
         run(instance)
         token = token_of(instance, "a")
-        assert (token.state, token.attempt, token.wait_kind) == (TokenState.READY, 1,
-                                                                 WaitKind.RETRY)
+        assert (token.state, token.attempt, token.wait_kind) == (
+            TokenState.READY,
+            1,
+            WaitKind.RETRY,
+        )
         assert token.not_before > db_now() + dt.timedelta(seconds=50)
         assert token.reason == "transient failure (registry busy); retry in 60 s"
         assert instance.status == InstanceStatus.RUNNING
@@ -137,8 +145,10 @@ def test_exhausted_retry_budget_fails_the_instance():
 
 def test_pending_provider_is_polled_later_under_new_keys_with_the_same_idempotency():
     effects.SCRIPT["alpha.write"] = [Pending(poll_after=60)]
-    effects.SCRIPT["alpha.write:poll"] = [Pending(poll_after=60),
-                                          Succeeded({"stored": "v1", "paid": True})]
+    effects.SCRIPT["alpha.write:poll"] = [
+        Pending(poll_after=60),
+        Succeeded({"stored": "v1", "paid": True}),
+    ]
     write, calls = counted()
     with registry.override(write):
         instance = start(linear(action("a")))
@@ -155,7 +165,11 @@ def polled(instance, calls) -> None:
     run(instance)
     token = token_of(instance, "a")
     assert (token.state, token.wait_kind, token.poll, token.attempt) == (
-        TokenState.READY, WaitKind.POLL, 1, 0)
+        TokenState.READY,
+        WaitKind.POLL,
+        1,
+        0,
+    )
     assert token.not_before > db_now() + dt.timedelta(seconds=50)
     assert instance.status == InstanceStatus.WAITING
     assert op_states(instance) == ["pending"]
@@ -183,7 +197,8 @@ def assert_outcome_unknown(instance, *fragments: str) -> None:
 
 
 def test_provider_raising_after_dispatch_makes_the_outcome_unknown_and_stops_there(
-        django_user_model):
+    django_user_model,
+):
     effects.SCRIPT["alpha.write"] = ["raise_after"]
     instance = drive(start(linear(action("a"), action("b"))))
     assert_outcome_unknown(instance, "the provider raised TimeoutError after dispatch")
@@ -210,12 +225,18 @@ def test_unknown_result_makes_the_outcome_unknown():
     assert_outcome_unknown(drive(start(linear(action("a")))), "the registry did not answer")
 
 
-@pytest.mark.parametrize(("returned", "fragment"), [
-    (None, "the provider returned NoneType, not a result"),
-    ({"stored": "v1"}, "the provider returned dict, not a result"),
-    (Succeeded({"when": dt.date(2027, 1, 1)}), "reported success with an output that is not JSON"),
-    (Succeeded(None), "reported success with an output that is not JSON"),
-])
+@pytest.mark.parametrize(
+    ("returned", "fragment"),
+    [
+        (None, "the provider returned NoneType, not a result"),
+        ({"stored": "v1"}, "the provider returned dict, not a result"),
+        (
+            Succeeded({"when": dt.date(2027, 1, 1)}),
+            "reported success with an output that is not JSON",
+        ),
+        (Succeeded(None), "reported success with an output that is not JSON"),
+    ],
+)
 def test_invalid_provider_result_makes_the_outcome_unknown(returned, fragment):
     with registry.override(alpha_write(execute=lambda context: returned)):
         instance = drive(start(linear(action("a"))))
@@ -225,8 +246,10 @@ def test_invalid_provider_result_makes_the_outcome_unknown(returned, fragment):
 @pytest.mark.parametrize("poll_after", ["soon", float("nan"), None])
 def test_pending_with_an_unusable_poll_delay_makes_the_outcome_unknown(poll_after):
     effects.SCRIPT["alpha.write"] = [Pending(poll_after=poll_after)]
-    assert_outcome_unknown(drive(start(linear(action("a")))),
-                           f"the provider answered pending with poll_after={poll_after!r}")
+    assert_outcome_unknown(
+        drive(start(linear(action("a")))),
+        f"the provider answered pending with poll_after={poll_after!r}",
+    )
 
 
 def test_backoff_doubles_but_never_beyond_a_day():
@@ -249,8 +272,7 @@ def test_a_failed_step_retried_by_an_operator_gets_a_new_key_and_the_same_idempo
     effects.SCRIPT["alpha.write"] = [Failed("bad certificate", permanent=True)]
     instance = drive(start(linear(action("a"))))
     assert instance.status == InstanceStatus.FAILED
-    retried = step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk,
-                         actor=None)
+    retried = step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk, actor=None)
     assert retried.status == InstanceStatus.RUNNING and retried.reason == ""
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
@@ -261,6 +283,7 @@ def test_a_failed_step_retried_by_an_operator_gets_a_new_key_and_the_same_idempo
 
 def test_only_a_failed_step_can_be_retried():
     instance = drive(start(linear(action("a"))))
-    with pytest.raises(EngineConflict, match="Only a failed step can be retried; this one is "
-                                             "completed"):
+    with pytest.raises(
+        EngineConflict, match="Only a failed step can be retried; this one is completed"
+    ):
         step_retry(instance_id=instance.pk, token_id=token_of(instance, "a").pk, actor=None)

@@ -49,8 +49,9 @@ def test_all_chains_ok_exits_normally_and_prints_the_count():
     code, lines = verify(verbosity=2)
     assert code == 0
     assert lines[-1] == "2 chain(s) verified, 0 broken."
-    assert sorted(lines[:-1]) == sorted([f"ok {first} (4 checkpoints)",
-                                         f"ok {second} (2 checkpoints)"])
+    assert sorted(lines[:-1]) == sorted(
+        [f"ok {first} (4 checkpoints)", f"ok {second} (2 checkpoints)"]
+    )
     assert not IntegrityIncident.objects.exists()
 
 
@@ -74,9 +75,9 @@ def test_each_broken_chain_gets_one_line_and_one_incident_and_the_exit_code_is_1
     assert set(incidents) == {rewritten.id, edited.id}
     expected = {
         rewritten: f"BROKEN {rewritten} at #2: checkpoint #2's fact does not match its "
-                   "fingerprint (the fact was changed)",
+        "fingerprint (the fact was changed)",
         edited: f"BROKEN {edited} at #2: operation {key}'s state is 'effect_absent' in its "
-                "row but 'outcome_unknown' in the chain (changed behind the chain's back)",
+        "row but 'outcome_unknown' in the chain (changed behind the chain's back)",
     }
     for subject, text in expected.items():
         line = next(line for line in broken if line.startswith(f"BROKEN {subject} "))
@@ -105,17 +106,24 @@ def test_a_subject_whose_checkpoints_were_all_removed_is_still_found():
     Checkpoint.objects.filter(subject_id=subject.id).delete()
     code, lines = verify()
     assert code == 1
-    assert lines[0].startswith(f"BROKEN {subject} at #1: the chain ends at #0 but operation "
-                               f"{key}'s row points to checkpoint #2")
+    assert lines[0].startswith(
+        f"BROKEN {subject} at #1: the chain ends at #0 but operation "
+        f"{key}'s row points to checkpoint #2"
+    )
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--subject", "instance-42"], "'instance-42' is not a subject; write it as type:id, e.g. "
-                                   "govflow.instance:42."),
-    (["--subject", ":42"], "A subject type must be a string of 1-100 characters, not ''."),
-    (["--subject", "govflow.instance:"], "A subject id must be a string of 1-100 characters"),
-    (["--watermark", "3"], "--watermark needs --subject."),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--subject", "instance-42"],
+            "'instance-42' is not a subject; write it as type:id, e.g. govflow.instance:42.",
+        ),
+        (["--subject", ":42"], "A subject type must be a string of 1-100 characters, not ''."),
+        (["--subject", "govflow.instance:"], "A subject id must be a string of 1-100 characters"),
+        (["--watermark", "3"], "--watermark needs --subject."),
+    ],
+)
 def test_malformed_arguments_are_refused_with_a_clear_message(args, message):
     make_subject("succeeded")
     with pytest.raises(CommandError) as exc:
@@ -134,8 +142,10 @@ def test_watermark_detects_a_truncated_chain():
     assert verify("--subject", str(subject)) == (0, ["1 chain(s) verified, 0 broken."])
     code, lines = verify("--subject", str(subject), "--watermark", str(watermark))
     assert code == 1
-    assert lines[0].startswith(f"BROKEN {subject} at #3: the chain ends at #2 but #4 was seen "
-                               "before: checkpoints were removed from its end (incident ")
+    assert lines[0].startswith(
+        f"BROKEN {subject} at #3: the chain ends at #2 but #4 was seen "
+        "before: checkpoints were removed from its end (incident "
+    )
     assert open_incidents()[subject.id].position == 3
 
 
@@ -162,12 +172,15 @@ def test_resolve_closes_only_the_incidents_whose_chain_verifies_again(django_use
     django_user_model.objects.create_user(username="ops", password="pw")
     code, lines = verify("--resolve", "--by", "ops")
     assert code == 1
-    assert (f"RESOLVED incident {incidents[repaired.id].pk} on {repaired}: the chain "
-            "verifies again") in lines
+    assert (
+        f"RESOLVED incident {incidents[repaired.id].pk} on {repaired}: the chain verifies again"
+    ) in lines
     assert sum(line.startswith("BROKEN ") for line in lines) == 1
     assert set(open_incidents()) == {still.id}
     resolved = IntegrityIncident.objects.get(pk=incidents[repaired.id].pk)
     assert resolved.status == "resolved" and resolved.resolved_at is not None
     assert resolved.resolved_by.username == "ops"
     assert verify("--resolve", "--by", "ops", "--subject", str(repaired)) == (
-        0, ["1 chain(s) verified, 0 broken."])
+        0,
+        ["1 chain(s) verified, 0 broken."],
+    )

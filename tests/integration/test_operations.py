@@ -30,7 +30,8 @@ def test_success_moves_the_operation_and_appends_a_verified_checkpoint(subject, 
     done = api.operation_observe(key=op.key, state="succeeded", fence=fence, result={"id": 7})
     assert done.state == "succeeded" and done.revision == 2 and done.changed
     assert Operation.objects.get(key=op.key).result_fp == api.fingerprint_value(
-        api.FingerprintKind.RESULT, {"id": 7})
+        api.FingerprintKind.RESULT, {"id": 7}
+    )
     assert api.subject_revision(subject) == 2
     assert api.chain_verify(subject).ok
 
@@ -65,14 +66,16 @@ def test_reconcile_with_different_input_fails_closed(subject, fence):
     op = record(subject, fence, input_value={"parcel": "A-1"})
     api.operation_observe(key=op.key, state="outcome_unknown", fence=fence)
     with pytest.raises(api.InputFingerprintMismatch, match="not the input it was recorded"):
-        api.operation_observe(key=op.key, state="effect_confirmed", fence=fence,
-                              input={"parcel": "A-2"})
+        api.operation_observe(
+            key=op.key, state="effect_confirmed", fence=fence, input={"parcel": "A-2"}
+        )
     with pytest.raises(api.InputFingerprintMismatch):
         api.operation_check_input(key=op.key, input={"parcel": "A-2"})
     assert Operation.objects.get(key=op.key).state == "outcome_unknown"
     api.operation_check_input(key=op.key, input={"parcel": "A-1"})
-    done = api.operation_observe(key=op.key, state="effect_confirmed", fence=fence,
-                                 input={"parcel": "A-1"})
+    done = api.operation_observe(
+        key=op.key, state="effect_confirmed", fence=fence, input={"parcel": "A-1"}
+    )
     assert done.state == "effect_confirmed"
 
 
@@ -93,9 +96,18 @@ def test_prepared_operation_crosses_the_boundary_in_its_own_commit(subject, fenc
 
 def test_pending_is_answered_by_a_new_operation_with_the_same_idempotency_hash(subject, fence):
     fps = api.fingerprint_value(api.FingerprintKind.IDEMPOTENCY_KEY, "idem-fee-1")
-    common = dict(subject=subject, step_id="pay", action="demo.fee", recovery_mode="non_atomic",
-                  definition_fp="a" * 64, input_fp="b" * 64, preview_fp="c" * 64,
-                  access_fp="d" * 64, idempotency_fp=fps, fence=fence)
+    common = dict(
+        subject=subject,
+        step_id="pay",
+        action="demo.fee",
+        recovery_mode="non_atomic",
+        definition_fp="a" * 64,
+        input_fp="b" * 64,
+        preview_fp="c" * 64,
+        access_fp="d" * 64,
+        idempotency_fp=fps,
+        fence=fence,
+    )
     first = api.operation_record(nonce="i1:pay:poll0", ordinal=0, **common)
     api.operation_observe(key=first.key, state="pending", fence=fence)
     with pytest.raises(api.ContradictoryObservation):
@@ -104,28 +116,54 @@ def test_pending_is_answered_by_a_new_operation_with_the_same_idempotency_hash(s
     assert second.key != first.key
     api.operation_observe(key=second.key, state="succeeded", fence=fence)
     assert set(Operation.objects.filter(idempotency_fp=fps).values_list("state", flat=True)) == {
-        "pending", "succeeded"}
+        "pending",
+        "succeeded",
+    }
 
 
 def test_raw_fingerprints_are_validated(subject, fence):
     with pytest.raises(api.RecoveryValidationError, match="64-character"):
-        api.operation_record(subject=subject, step_id="s", action="a", recovery_mode="atomic",
-                             definition_fp="secret input", input_fp="b" * 64,
-                             preview_fp="c" * 64, access_fp="d" * 64, idempotency_fp="e" * 64,
-                             nonce="n", ordinal=0, fence=fence)
+        api.operation_record(
+            subject=subject,
+            step_id="s",
+            action="a",
+            recovery_mode="atomic",
+            definition_fp="secret input",
+            input_fp="b" * 64,
+            preview_fp="c" * 64,
+            access_fp="d" * 64,
+            idempotency_fp="e" * 64,
+            nonce="n",
+            ordinal=0,
+            fence=fence,
+        )
     with pytest.raises(api.RecoveryValidationError, match="recovery mode"):
-        api.operation_record(subject=subject, step_id="s", action="a", recovery_mode="maybe",
-                             definition_fp="a" * 64, input_fp="b" * 64, preview_fp="c" * 64,
-                             access_fp="d" * 64, idempotency_fp="e" * 64, nonce="n",
-                             ordinal=0, fence=fence)
+        api.operation_record(
+            subject=subject,
+            step_id="s",
+            action="a",
+            recovery_mode="maybe",
+            definition_fp="a" * 64,
+            input_fp="b" * 64,
+            preview_fp="c" * 64,
+            access_fp="d" * 64,
+            idempotency_fp="e" * 64,
+            nonce="n",
+            ordinal=0,
+            fence=fence,
+        )
     assert not Operation.objects.exists()
 
 
 def test_planted_secret_appears_nowhere_in_the_database(subject, fence):
     secret = "S3CRET-pl4nted-credential-9f1c"
     op = record(subject, fence, input_value={"applicant": "Ada", "api_token": secret})
-    api.operation_observe(key=op.key, state="outcome_unknown", fence=fence,
-                          result={"error": f"timeout talking with token {secret}"})
+    api.operation_observe(
+        key=op.key,
+        state="outcome_unknown",
+        fence=fence,
+        result={"error": f"timeout talking with token {secret}"},
+    )
     assert api.chain_verify(subject).ok
     with connection.cursor() as cursor:
         tables = connection.introspection.table_names(cursor)
@@ -142,7 +180,11 @@ def test_lifecycle_costs_two_commits_and_seven_statements():
     with CaptureQueriesContext(connection) as ctx:
         op = record(subject, fence)
         api.operation_observe(key=op.key, state="succeeded", fence=fence, result={"ok": True})
-    statements = [q["sql"] for q in ctx.captured_queries
-                  if q["sql"] not in ("BEGIN", "COMMIT") and not q["sql"].startswith("SAVEPOINT")
-                  and not q["sql"].startswith("RELEASE")]
+    statements = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if q["sql"] not in ("BEGIN", "COMMIT")
+        and not q["sql"].startswith("SAVEPOINT")
+        and not q["sql"].startswith("RELEASE")
+    ]
     assert len(statements) == 7, statements

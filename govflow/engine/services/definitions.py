@@ -51,16 +51,23 @@ def definition_publish(*, document: Any, source: str = "", actor=None) -> Defini
     try:
         with transaction.atomic():
             return Definition.objects.create(
-                key=document["key"], version=document["version"], title=document["title"],
-                document=body, fingerprint=fp, source=source[:300], published_at=Now(),
+                key=document["key"],
+                version=document["version"],
+                title=document["title"],
+                document=body,
+                fingerprint=fp,
+                source=source[:300],
+                published_at=Now(),
                 published_by=actor,
             )
     except IntegrityError:
         # Published concurrently: identical content is the same definition.
         existing = Definition.objects.get(key=document["key"], version=document["version"])
         if existing.fingerprint != fp:
-            raise DefinitionConflict(f"{document['key']} v{document['version']} was published "
-                                     "concurrently with different content.") from None
+            raise DefinitionConflict(
+                f"{document['key']} v{document['version']} was published "
+                "concurrently with different content."
+            ) from None
         return existing
 
 

@@ -43,8 +43,10 @@ def resolve_definition(key: str, version: int | None = None) -> Definition:
     qs = Definition.objects.filter(key=key)
     definition = (qs.filter(version=version) if version else qs.order_by("-version")).first()
     if definition is None:
-        raise InvalidRequest(f"No published definition {key!r}"
-                             f"{f' version {version}' if version else ''}. Publish it first.")
+        raise InvalidRequest(
+            f"No published definition {key!r}"
+            f"{f' version {version}' if version else ''}. Publish it first."
+        )
     return definition
 
 
@@ -75,8 +77,9 @@ def instance_start(
     if document_schema:
         errors = list(jsonschema.Draft202012Validator(document_schema).iter_errors(variables))
         if errors:
-            detail = "; ".join(f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}"
-                               for e in errors[:5])
+            detail = "; ".join(
+                f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}" for e in errors[:5]
+            )
             raise InvalidRequest(f"Variables do not match {definition}: {detail}.")
     reason = unresolved_reason(definition)
     if reason:
@@ -86,12 +89,24 @@ def instance_start(
         access.setdefault("started_by", actor.pk)
     with step_commit():
         instance = Instance.objects.create(
-            definition=definition, definition_fp=definition.fingerprint, tenant=tenant,
-            variables=variables, access=access, started_by=actor, created_at=Now(),
-            updated_at=Now(), next_ordinal=2,
+            definition=definition,
+            definition_fp=definition.fingerprint,
+            tenant=tenant,
+            variables=variables,
+            access=access,
+            started_by=actor,
+            created_at=Now(),
+            updated_at=Now(),
+            next_ordinal=2,
         )
-        Token.objects.create(instance=instance, node_id=spec_of(definition).start, ordinal=1,
-                             state=TokenState.READY, created_at=Now(), updated_at=Now())
+        Token.objects.create(
+            instance=instance,
+            node_id=spec_of(definition).start,
+            ordinal=1,
+            state=TokenState.READY,
+            created_at=Now(),
+            updated_at=Now(),
+        )
         enqueue_advance(instance.pk)
     instance.refresh_from_db()
     return instance
@@ -106,11 +121,13 @@ class _Held:
 
     def __enter__(self) -> Run:
         try:
-            self.fence = lease_acquire(key=instance_lease_key(self.instance_id),
-                                       holder=self.holder, ttl=30)
+            self.fence = lease_acquire(
+                key=instance_lease_key(self.instance_id), holder=self.holder, ttl=30
+            )
         except LeaseHeld:
-            raise EngineConflict("A worker is advancing this instance right now; try again in "
-                                 "a few seconds.") from None
+            raise EngineConflict(
+                "A worker is advancing this instance right now; try again in a few seconds."
+            ) from None
         run = _load_run(self.instance_id, self.fence)
         if run is None:
             lease_release(fence=self.fence)
@@ -144,8 +161,11 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
             for token in list(run.active.values()):
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
                 run.active.pop(token.pk)
-            run.flush(Router(run), status=InstanceStatus.CANCELLED,
-                      reason=f"Cancelled by {actor}: {reason}")
+            run.flush(
+                Router(run),
+                status=InstanceStatus.CANCELLED,
+                reason=f"Cancelled by {actor}: {reason}",
+            )
     return Instance.objects.get(pk=instance_id)
 
 
@@ -164,14 +184,23 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
         if token.state != TokenState.FAILED:
             raise EngineConflict(f"Only a failed step can be retried; this one is {token.state}.")
         if run.instance.status in {InstanceStatus.CANCELLED, InstanceStatus.COMPLETED}:
-            raise EngineConflict(f"Instance {instance_id} is {run.instance.status}; its steps "
-                                 "are not retried. Start a new instance instead.")
+            raise EngineConflict(
+                f"Instance {instance_id} is {run.instance.status}; its steps "
+                "are not retried. Start a new instance instead."
+            )
         with step_commit():
             # poll=0: a deliberate retry executes the action again (same idempotency key);
             # it does not poll an answer the earlier attempt may never have had.
-            run.update_token(token, TokenState.FAILED, state=TokenState.READY,
-                             attempt=token.attempt + 1, poll=0, not_before=None, wait_kind="",
-                             reason=f"retry requested by {actor}")
+            run.update_token(
+                token,
+                TokenState.FAILED,
+                state=TokenState.READY,
+                attempt=token.attempt + 1,
+                poll=0,
+                not_before=None,
+                wait_kind="",
+                reason=f"retry requested by {actor}",
+            )
             run.active[token.pk] = token
             run.flush(Router(run), status=InstanceStatus.RUNNING, reason="")
             enqueue_advance(instance_id)

@@ -19,8 +19,7 @@ from ..definitions import Spec
 from ..models import InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
 from ..variables import MissingVariable, evaluate, lookup
 
-ACTIVE = {TokenState.READY, TokenState.EXECUTING, TokenState.WAITING,
-          TokenState.OUTCOME_UNKNOWN}
+ACTIVE = {TokenState.READY, TokenState.EXECUTING, TokenState.WAITING, TokenState.OUTCOME_UNKNOWN}
 
 
 class RouteError(Exception):
@@ -46,8 +45,9 @@ def due_expression(node: dict[str, Any]):
 
 
 def after_seconds(seconds: float):
-    return ExpressionWrapper(Now() + Value(dt.timedelta(seconds=seconds)),
-                             output_field=DateTimeField())
+    return ExpressionWrapper(
+        Now() + Value(dt.timedelta(seconds=seconds)), output_field=DateTimeField()
+    )
 
 
 class Router:
@@ -60,9 +60,15 @@ class Router:
 
     def new_token(self, node_id: str, state: str, **extra: Any) -> Token:
         run = self.run
-        token = Token(instance_id=run.instance.pk, node_id=node_id, state=state,
-                      ordinal=run.instance.next_ordinal, created_at=run.now_expr(),
-                      updated_at=run.now_expr(), **extra)
+        token = Token(
+            instance_id=run.instance.pk,
+            node_id=node_id,
+            state=state,
+            ordinal=run.instance.next_ordinal,
+            created_at=run.now_expr(),
+            updated_at=run.now_expr(),
+            **extra,
+        )
         run.instance.next_ordinal += 1
         self.pending.tokens.append(token)
         return token
@@ -74,15 +80,16 @@ class Router:
         if node["type"] == "exclusive":
             chosen = None
             for transition in outgoing:
-                if transition.when is not None and evaluate(transition.when,
-                                                            self.run.variables):
+                if transition.when is not None and evaluate(transition.when, self.run.variables):
                     chosen = transition
                     break
             if chosen is None:
                 chosen = next((t for t in outgoing if t.default), None)
             if chosen is None:
-                raise RouteError(f"gateway '{node_id}': no condition matches the variables "
-                                 "and there is no default branch")
+                raise RouteError(
+                    f"gateway '{node_id}': no condition matches the variables "
+                    "and there is no default branch"
+                )
             self.enter(chosen.target, via=node_id)
             return
         for transition in outgoing:
@@ -111,33 +118,49 @@ class Router:
             try:
                 correlation = lookup(self.run.variables, node["correlation"])
             except MissingVariable as exc:
-                raise RouteError(f"trigger '{node_id}': {exc}; it identifies the awaited "
-                                 "message") from None
+                raise RouteError(
+                    f"trigger '{node_id}': {exc}; it identifies the awaited message"
+                ) from None
             wait_key = f"{node['message']}:{correlation}"
-            token = self.new_token(node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER,
-                                   wait_key=wait_key[:300])
-            buffered = TriggerDelivery.objects.filter(
-                message=node["message"], correlation=str(correlation), state="received"
-            ).order_by("received_at", "pk").first()
+            token = self.new_token(
+                node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key[:300]
+            )
+            buffered = (
+                TriggerDelivery.objects.filter(
+                    message=node["message"], correlation=str(correlation), state="received"
+                )
+                .order_by("received_at", "pk")
+                .first()
+            )
             if buffered is not None:
                 self.pending.deliveries.append((token, buffered))
             return
         if kind == "approval":
-            self.new_token(node_id, TokenState.WAITING, wait_kind=WaitKind.APPROVAL,
-                           wait_key=node["permission"])
+            self.new_token(
+                node_id,
+                TokenState.WAITING,
+                wait_kind=WaitKind.APPROVAL,
+                wait_key=node["permission"],
+            )
             return
         if kind == "external":
-            self.new_token(node_id, TokenState.WAITING, wait_kind=WaitKind.EXTERNAL,
-                           wait_key=node["topic"][:300])
+            self.new_token(
+                node_id,
+                TokenState.WAITING,
+                wait_kind=WaitKind.EXTERNAL,
+                wait_key=node["topic"][:300],
+            )
             return
         raise RouteError(f"node '{node_id}' of type {kind!r} cannot be entered")
 
     def arrive_at_join(self, node_id: str) -> None:
         run = self.run
-        arrived = [t for t in run.active.values()
-                   if t.node_id == node_id and t.wait_kind == WaitKind.JOIN]
-        arrived += [t for t in self.pending.tokens
-                    if t.node_id == node_id and t.wait_kind == WaitKind.JOIN]
+        arrived = [
+            t for t in run.active.values() if t.node_id == node_id and t.wait_kind == WaitKind.JOIN
+        ]
+        arrived += [
+            t for t in self.pending.tokens if t.node_id == node_id and t.wait_kind == WaitKind.JOIN
+        ]
         needed = len(self.spec.incoming[node_id])
         if len(arrived) + 1 < needed:
             self.new_token(node_id, TokenState.WAITING, wait_kind=WaitKind.JOIN)
@@ -156,9 +179,11 @@ def derive_status(active_tokens) -> str:
     if TokenState.OUTCOME_UNKNOWN in states:
         return InstanceStatus.BLOCKED
     # A ready token that polls a pending provider waits for that provider, not for us.
-    if any(t.state == TokenState.EXECUTING
-           or (t.state == TokenState.READY and t.wait_kind != WaitKind.POLL)
-           for t in active_tokens):
+    if any(
+        t.state == TokenState.EXECUTING
+        or (t.state == TokenState.READY and t.wait_kind != WaitKind.POLL)
+        for t in active_tokens
+    ):
         return InstanceStatus.RUNNING
     if TokenState.READY in states:
         return InstanceStatus.WAITING

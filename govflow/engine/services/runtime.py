@@ -164,13 +164,16 @@ class Run:
     def update_token(self, token: Token, expected: str, **values: Any) -> None:
         """Conditional write: token still ``expected`` and the fence still live."""
         values.setdefault("updated_at", Now())
-        count = fenced_update(Token.objects.filter(pk=token.pk, state=expected),
-                              fence=self.fence, **values)
+        count = fenced_update(
+            Token.objects.filter(pk=token.pk, state=expected), fence=self.fence, **values
+        )
         if count != 1:
             from ..errors import EngineConflict
 
-            raise EngineConflict(f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
-                                 f"{expected}; someone else changed it. Nothing was changed.")
+            raise EngineConflict(
+                f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
+                f"{expected}; someone else changed it. Nothing was changed."
+            )
         for name, value in values.items():
             if name != "updated_at":
                 setattr(token, name, value)
@@ -179,9 +182,12 @@ class Run:
         """Write what the router collected and the instance row, on the fence."""
         pending = router.pending
         if pending.completed_joins:
-            fenced_update(Token.objects.filter(pk__in=pending.completed_joins,
-                                               state=TokenState.WAITING),
-                          fence=self.fence, state=TokenState.COMPLETED, updated_at=Now())
+            fenced_update(
+                Token.objects.filter(pk__in=pending.completed_joins, state=TokenState.WAITING),
+                fence=self.fence,
+                state=TokenState.COMPLETED,
+                updated_at=Now(),
+            )
             for pk in pending.completed_joins:
                 self.active.pop(pk, None)
         if pending.tokens:
@@ -200,14 +206,20 @@ class Run:
 
             consume_buffered(self, token, delivery)
         new_status = status or derive_status(self.active.values())
-        if status is None and self.block_reason and new_status in {
-                InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED}:
+        if (
+            status is None
+            and self.block_reason
+            and new_status
+            in {InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED}
+        ):
             # A step blocked earlier in this run is still stuck (it is not tried again in
             # this run), so another branch moving on must not hide it.
             new_status, reason = InstanceStatus.BLOCKED, self.block_reason
         values: dict[str, Any] = {
-            "variables": self.instance.variables, "next_ordinal": self.instance.next_ordinal,
-            "status": new_status, "updated_at": Now(),
+            "variables": self.instance.variables,
+            "next_ordinal": self.instance.next_ordinal,
+            "status": new_status,
+            "updated_at": Now(),
         }
         if status is not None or new_status != self.instance.status:
             values["reason"] = reason
@@ -218,15 +230,22 @@ class Run:
         self.instance.status = new_status
         router.pending = type(pending)()
 
-    def incident(self, token: Token | None, kind: str, message: str, *,
-                 once: bool = False) -> None:
+    def incident(self, token: Token | None, kind: str, message: str, *, once: bool = False) -> None:
         """Open an engine incident; with ``once``, not while the same one is still open."""
-        if once and Incident.objects.filter(instance_id=self.instance.pk, token=token,
-                                            kind=kind, message=message,
-                                            resolved_at__isnull=True).exists():
+        if (
+            once
+            and Incident.objects.filter(
+                instance_id=self.instance.pk,
+                token=token,
+                kind=kind,
+                message=message,
+                resolved_at__isnull=True,
+            ).exists()
+        ):
             return
-        Incident.objects.create(instance_id=self.instance.pk, token=token, kind=kind,
-                                message=message, created_at=Now())
+        Incident.objects.create(
+            instance_id=self.instance.pk, token=token, kind=kind, message=message, created_at=Now()
+        )
 
 
 def _load_run(instance_id: int, fence: Fence) -> Run | None:
@@ -262,23 +281,35 @@ def block(run: Run, token: Token | None, kind: str, message: str) -> None:
 def rehydrate(run: Run) -> None:
     """Resolve tokens a previous holder left ``executing`` (invariant I10)."""
     for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
-        operation = (Operation.objects.filter(key=token.operation_key).first()
-                     if token.operation_key else None)
+        operation = (
+            Operation.objects.filter(key=token.operation_key).first()
+            if token.operation_key
+            else None
+        )
         with step_commit():
             if operation is None or operation.state == OperationState.PREPARED:
                 # Never crossed the dispatch boundary: no effect can have happened.
-                run.update_token(token, TokenState.EXECUTING, state=TokenState.READY,
-                                 attempt=token.attempt + 1, operation_key="",
-                                 reason="resumed after a worker stopped before dispatch")
+                run.update_token(
+                    token,
+                    TokenState.EXECUTING,
+                    state=TokenState.READY,
+                    attempt=token.attempt + 1,
+                    operation_key="",
+                    reason="resumed after a worker stopped before dispatch",
+                )
                 run.flush(Router(run))
             elif operation.state == OperationState.DISPATCHED:
-                operation_observe(key=operation.key, state=OperationState.OUTCOME_UNKNOWN,
-                                  fence=run.fence)
-                message = ("The worker stopped after dispatching this action and before "
-                           "recording its outcome. The effect may or may not have happened: "
-                           "an operator must record effect confirmed or effect absent.")
-                run.update_token(token, TokenState.EXECUTING,
-                                 state=TokenState.OUTCOME_UNKNOWN, reason=message)
+                operation_observe(
+                    key=operation.key, state=OperationState.OUTCOME_UNKNOWN, fence=run.fence
+                )
+                message = (
+                    "The worker stopped after dispatching this action and before "
+                    "recording its outcome. The effect may or may not have happened: "
+                    "an operator must record effect confirmed or effect absent."
+                )
+                run.update_token(
+                    token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message
+                )
                 run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
             else:
                 from .steps import settle_from_operation
@@ -308,8 +339,9 @@ def leave_or_block(run: Run, token: Token) -> None:
 
 
 def next_runnable(run: Run) -> Token | None:
-    runnable = (Token.objects.filter(instance_id=run.instance.pk, state=TokenState.READY)
-                .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now())))
+    runnable = Token.objects.filter(instance_id=run.instance.pk, state=TokenState.READY).filter(
+        Q(not_before__isnull=True) | Q(not_before__lte=Now())
+    )
     if run.blocked:
         runnable = runnable.exclude(pk__in=run.blocked)
     token = runnable.order_by("ordinal").first()
@@ -327,8 +359,7 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
     report = RunReport(instance_id)
     worker = worker or worker_name()
     try:
-        fence = lease_acquire(key=instance_lease_key(instance_id), holder=worker,
-                              ttl=lease_ttl())
+        fence = lease_acquire(key=instance_lease_key(instance_id), holder=worker, ttl=lease_ttl())
     except LeaseHeld:
         report.skipped = "lease held by another worker"
         log.info("instance %s: %s; leaving it to them", instance_id, report.skipped)
@@ -343,8 +374,12 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             return report
         reason = unresolved_reason(run.instance.definition)
         if reason:
-            block(run, None, "definition_unresolved",
-                  f"The definition no longer resolves here: {reason}")
+            block(
+                run,
+                None,
+                "definition_unresolved",
+                f"The definition no longer resolves here: {reason}",
+            )
             report.status = InstanceStatus.BLOCKED
             return report
         rehydrate(run)
@@ -371,8 +406,12 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
         # StaleFence, or a late answer after another holder settled the step: this
         # worker's view is stale. Nothing it tried was written; the holder carries on.
         report.stale = True
-        log.warning("instance %s: %s: %s; nothing was changed, the current holder carries on",
-                    instance_id, type(exc).__name__, exc)
+        log.warning(
+            "instance %s: %s: %s; nothing was changed, the current holder carries on",
+            instance_id,
+            type(exc).__name__,
+            exc,
+        )
     finally:
         lease_release_if_held(fence=fence)
     return report

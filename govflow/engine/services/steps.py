@@ -83,32 +83,46 @@ def access_context(run: Run) -> dict[str, Any]:
     if user_id is not None:
         user = get_user_model().objects.filter(pk=user_id).only("is_active").first()
         if user is None or not user.is_active:
-            raise StepRejected("access_revoked",
-                               f"The user who started this instance (id {user_id}) is no "
-                               "longer active, so its steps no longer have authority. An "
-                               "operator may cancel the instance or start it again.")
+            raise StepRejected(
+                "access_revoked",
+                f"The user who started this instance (id {user_id}) is no "
+                "longer active, so its steps no longer have authority. An "
+                "operator may cancel the instance or start it again.",
+            )
     return access
 
 
 def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefinition):
     """Everything before the dispatch boundary; raises StepRejected (nothing recorded)."""
     if action.gated_by and not str(node.get(action.gated_by) or "").strip():
-        raise StepRejected("gate", f"Action {action.name} is {action.recovery_mode} and the "
-                                   f"node pins no '{action.gated_by}'; it was not dispatched.")
+        raise StepRejected(
+            "gate",
+            f"Action {action.name} is {action.recovery_mode} and the "
+            f"node pins no '{action.gated_by}'; it was not dispatched.",
+        )
     try:
         input_value = build_input(node.get("input", {}), run.variables)
     except MissingVariable as exc:
-        raise StepRejected("input", f"Step '{token.node_id}' needs the variable "
-                                    f"'{exc.path}', which is not set. Set it (or fix the "
-                                    "definition's input mapping); nothing was "
-                                    "dispatched.") from None
-    errors = sorted(jsonschema.Draft202012Validator(action.input_schema).iter_errors(
-        input_value), key=lambda e: list(e.path))
+        raise StepRejected(
+            "input",
+            f"Step '{token.node_id}' needs the variable "
+            f"'{exc.path}', which is not set. Set it (or fix the "
+            "definition's input mapping); nothing was "
+            "dispatched.",
+        ) from None
+    errors = sorted(
+        jsonschema.Draft202012Validator(action.input_schema).iter_errors(input_value),
+        key=lambda e: list(e.path),
+    )
     if errors:
-        detail = "; ".join(f"{'.'.join(map(str, e.path)) or '(input)'}: {e.message}"
-                           for e in errors[:5])
-        raise StepRejected("input", f"The input of step '{token.node_id}' violates the "
-                                    f"schema of {action.name}: {detail}. Nothing was dispatched.")
+        detail = "; ".join(
+            f"{'.'.join(map(str, e.path)) or '(input)'}: {e.message}" for e in errors[:5]
+        )
+        raise StepRejected(
+            "input",
+            f"The input of step '{token.node_id}' violates the "
+            f"schema of {action.name}: {detail}. Nothing was dispatched.",
+        )
     try:
         canonical_bytes(input_value)
         preview = action.preview(input_value)
@@ -117,27 +131,42 @@ def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefin
         raise StepRejected("input", f"Step '{token.node_id}': {exc}") from None
     except Exception as exc:  # a provider bug before dispatch: nothing happened outside
         log.warning("preview of %s raised %s", action.name, type(exc).__name__)
-        raise StepRejected("preview", f"The preview of {action.name} for step "
-                                      f"'{token.node_id}' raised {type(exc).__name__}; "
-                                      "nothing was dispatched. Fix the provider or the "
-                                      "input; the step is tried again later.") from None
+        raise StepRejected(
+            "preview",
+            f"The preview of {action.name} for step "
+            f"'{token.node_id}' raised {type(exc).__name__}; "
+            "nothing was dispatched. Fix the provider or the "
+            "input; the step is tried again later.",
+        ) from None
     return input_value, preview, access_context(run)
 
 
 def context_for(run, token, node, action, input_value, access, idem, phase) -> ActionContext:
     return ActionContext(
-        action=action.name, input=input_value, idempotency_key=idem, tenant=run.instance.tenant,
-        access=access, instance_id=run.instance.pk, step_id=token.node_id,
-        attempt=token.attempt, poll=token.poll, phase=phase,
-        backup_ref=node.get("backup_ref"), approval_ref=node.get("approval_ref"),
+        action=action.name,
+        input=input_value,
+        idempotency_key=idem,
+        tenant=run.instance.tenant,
+        access=access,
+        instance_id=run.instance.pk,
+        step_id=token.node_id,
+        attempt=token.attempt,
+        poll=token.poll,
+        phase=phase,
+        backup_ref=node.get("backup_ref"),
+        approval_ref=node.get("approval_ref"),
     )
 
 
 def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     action = registry.get(node["action"])
     if action is None:
-        block(run, token, "action_missing",
-              f"No installed provider registers {node['action']}; install its module.")
+        block(
+            run,
+            token,
+            "action_missing",
+            f"No installed provider registers {node['action']}; install its module.",
+        )
         return
     try:
         input_value, preview, access = prepare(run, token, node, action)
@@ -147,30 +176,52 @@ def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     definition_fp = run.instance.definition_fp
     input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
     if token.idempotency_key:
-        previous = Operation.objects.filter(key=token.operation_key).values_list(
-            "input_fp", flat=True).first()
+        previous = (
+            Operation.objects.filter(key=token.operation_key)
+            .values_list("input_fp", flat=True)
+            .first()
+        )
         if previous is not None and previous != input_fp:
-            block(run, token, "input_changed",
-                  f"The input of step '{token.node_id}' changed since its first attempt; "
-                  "retrying it would be a different effect. Cancel the instance or restore "
-                  "the variables.")
+            block(
+                run,
+                token,
+                "input_changed",
+                f"The input of step '{token.node_id}' changed since its first attempt; "
+                "retrying it would be a different effect. Cancel the instance or restore "
+                "the variables.",
+            )
             return
         idem = token.idempotency_key
     else:
-        idem = idempotency_key(definition_fp=definition_fp, step_id=token.node_id,
-                               action=action.name, input_fp=input_fp,
-                               nonce=f"{run.instance.pk}:{token.ordinal}")
+        idem = idempotency_key(
+            definition_fp=definition_fp,
+            step_id=token.node_id,
+            action=action.name,
+            input_fp=input_fp,
+            nonce=f"{run.instance.pk}:{token.ordinal}",
+        )
     nonce = f"{run.instance.pk}:{token.ordinal}:{token.attempt}:{token.poll}"
     record = dict(
-        subject=subject_of(run), step_id=token.node_id, action=action.name,
-        recovery_mode=action.recovery_mode, definition_fp=definition_fp, input_fp=input_fp,
+        subject=subject_of(run),
+        step_id=token.node_id,
+        action=action.name,
+        recovery_mode=action.recovery_mode,
+        definition_fp=definition_fp,
+        input_fp=input_fp,
         preview_fp=fingerprint_value(FingerprintKind.PREVIEW, preview),
         access_fp=fingerprint_value(FingerprintKind.ACCESS_CONTEXT, access),
         idempotency_fp=fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY, idem),
-        nonce=nonce, ordinal=token.attempt + token.poll, fence=run.fence,
+        nonce=nonce,
+        ordinal=token.attempt + token.poll,
+        fence=run.fence,
     )
-    key = operation_key(definition_fp=definition_fp, step_id=token.node_id,
-                        action=action.name, input_fp=input_fp, nonce=nonce)
+    key = operation_key(
+        definition_fp=definition_fp,
+        step_id=token.node_id,
+        action=action.name,
+        input_fp=input_fp,
+        nonce=nonce,
+    )
     phase = "poll" if token.poll else "execute"
     context = context_for(run, token, node, action, input_value, access, idem, phase)
     if action.recovery_mode == RecoveryMode.ATOMIC:
@@ -187,16 +238,23 @@ def _call(action: ActionDefinition, context: ActionContext):
 def run_non_atomic(run, token, node, action, record, key, idem, context) -> None:
     # Commit 1: the dispatch boundary. Nothing is called before it commits.
     with step_commit():
-        run.update_token(token, TokenState.READY, state=TokenState.EXECUTING,
-                         operation_key=key, idempotency_key=idem, not_before=None,
-                         wait_kind="")
+        run.update_token(
+            token,
+            TokenState.READY,
+            state=TokenState.EXECUTING,
+            operation_key=key,
+            idempotency_key=idem,
+            not_before=None,
+            wait_kind="",
+        )
         operation_record(**record)
     try:
         with run.kept_alive():
             result = _call(action, context)
     except Exception as exc:  # the effect may have happened: never guess
-        log.warning("action %s raised after dispatch (%s): outcome unknown", action.name,
-                    type(exc).__name__)
+        log.warning(
+            "action %s raised after dispatch (%s): outcome unknown", action.name, type(exc).__name__
+        )
         result = Unknown(f"the provider raised {type(exc).__name__} after dispatch")
     settle(run, token, node, action, key, result)
 
@@ -210,8 +268,15 @@ def run_atomic(run, token, node, action, record, key, idem, context) -> None:
             if not isinstance(result, Succeeded):
                 failure = result
                 raise _RollBack
-            _succeed(run, token, node, key, result, expected=TokenState.READY,
-                     extra={"operation_key": key, "idempotency_key": idem})
+            _succeed(
+                run,
+                token,
+                node,
+                key,
+                result,
+                expected=TokenState.READY,
+                extra={"operation_key": key, "idempotency_key": idem},
+            )
         return
     except _RollBack:
         pass
@@ -219,12 +284,14 @@ def run_atomic(run, token, node, action, record, key, idem, context) -> None:
         _chain_broken(run, token, exc)
         return
     except Exception as exc:  # rolled back: nothing happened, so it is retryable
-        log.warning("atomic action %s raised %s; rolled back", action.name,
-                    type(exc).__name__)
+        log.warning("atomic action %s raised %s; rolled back", action.name, type(exc).__name__)
         failure = Failed(f"raised {type(exc).__name__}; rolled back", permanent=False)
     if not isinstance(failure, Failed):
-        failure = Failed(f"an atomic action must succeed or fail, not return "
-                         f"{type(failure).__name__}; rolled back", permanent=False)
+        failure = Failed(
+            f"an atomic action must succeed or fail, not return "
+            f"{type(failure).__name__}; rolled back",
+            permanent=False,
+        )
     _retry_or_fail(run, token, action, failure, expected=TokenState.READY, operation=None)
 
 
@@ -239,27 +306,37 @@ def settle(run, token, node, action, key, result) -> None:
             try:
                 canonical_bytes(dict(result.output))
             except (CanonicalError, TypeError, ValueError):
-                result = Unknown("the provider reported success with an output that is not "
-                                 "JSON")
+                result = Unknown("the provider reported success with an output that is not JSON")
         if isinstance(result, Pending) and _poll_delay(result) is None:
-            result = Unknown(f"the provider answered pending with poll_after="
-                             f"{result.poll_after!r}, not a number of seconds")
+            result = Unknown(
+                f"the provider answered pending with poll_after="
+                f"{result.poll_after!r}, not a number of seconds"
+            )
         with step_commit():
             if isinstance(result, Succeeded):
                 _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
             elif isinstance(result, Failed):
-                _retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING,
-                               operation=key)
+                _retry_or_fail(
+                    run, token, action, result, expected=TokenState.EXECUTING, operation=key
+                )
             elif isinstance(result, Pending):
                 operation_observe(key=key, state=OperationState.PENDING, fence=run.fence)
-                run.update_token(token, TokenState.EXECUTING, state=TokenState.READY,
-                                 poll=token.poll + 1, wait_kind=WaitKind.POLL,
-                                 not_before=after_seconds(_poll_delay(result)),
-                                 reason="the provider is working on it; polling again later")
+                run.update_token(
+                    token,
+                    TokenState.EXECUTING,
+                    state=TokenState.READY,
+                    poll=token.poll + 1,
+                    wait_kind=WaitKind.POLL,
+                    not_before=after_seconds(_poll_delay(result)),
+                    reason="the provider is working on it; polling again later",
+                )
                 run.flush(Router(run))  # waiting, unless another branch can run now
             else:
-                reason = result.reason if isinstance(result, Unknown) else (
-                    f"the provider returned {type(result).__name__}, not a result")
+                reason = (
+                    result.reason
+                    if isinstance(result, Unknown)
+                    else (f"the provider returned {type(result).__name__}, not a result")
+                )
                 _unknown(run, token, key, reason)
     except ChainBroken as exc:
         _chain_broken(run, token, exc)
@@ -290,28 +367,44 @@ def _succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=N
 
 def _unknown(run, token, key, reason: str) -> None:
     operation_observe(key=key, state=OperationState.OUTCOME_UNKNOWN, fence=run.fence)
-    message = (f"Outcome unknown: {reason}. The effect may or may not have happened; an "
-               "operator must record effect confirmed or effect absent with evidence.")
-    run.update_token(token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN,
-                     reason=message[:2000])
+    message = (
+        f"Outcome unknown: {reason}. The effect may or may not have happened; an "
+        "operator must record effect confirmed or effect absent with evidence."
+    )
+    run.update_token(
+        token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message[:2000]
+    )
     run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message[:2000])
 
 
 def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) -> None:
     with step_commit():
         if operation is not None:
-            operation_observe(key=operation, state=OperationState.FAILED, fence=run.fence,
-                              result={"permanent": failure.permanent})
+            operation_observe(
+                key=operation,
+                state=OperationState.FAILED,
+                fence=run.fence,
+                result={"permanent": failure.permanent},
+            )
         reason = str(failure.reason)[:500]
         if not failure.permanent and token.attempt < action.retry_budget:
             delay = min(action.retry_backoff * (2.0 ** min(token.attempt, 64)), MAX_DELAY)
-            run.update_token(token, expected, state=TokenState.READY, attempt=token.attempt + 1,
-                             wait_kind=WaitKind.RETRY, not_before=after_seconds(delay),
-                             reason=f"transient failure ({reason}); retry in {delay:g} s")
+            run.update_token(
+                token,
+                expected,
+                state=TokenState.READY,
+                attempt=token.attempt + 1,
+                wait_kind=WaitKind.RETRY,
+                not_before=after_seconds(delay),
+                reason=f"transient failure ({reason}); retry in {delay:g} s",
+            )
             run.flush(Router(run))
             return
-        why = "permanent failure" if failure.permanent else (
-            f"retry budget of {action.retry_budget} exhausted")
+        why = (
+            "permanent failure"
+            if failure.permanent
+            else (f"retry budget of {action.retry_budget} exhausted")
+        )
         message = f"Step '{token.node_id}' failed ({why}): {reason}"
         run.update_token(token, expected, state=TokenState.FAILED, reason=message)
         run.active.pop(token.pk, None)
@@ -326,9 +419,13 @@ def _chain_broken(run, token, exc: ChainBroken) -> None:
 
 def settle_from_operation(run, token, operation) -> None:
     """A token left executing whose operation already ended (should not happen): block."""
-    block(run, token, "inconsistent",
-          f"Step '{token.node_id}' was left executing while its operation {operation.key} "
-          f"is {operation.state}. An operator must look at it before anything moves on.")
+    block(
+        run,
+        token,
+        "inconsistent",
+        f"Step '{token.node_id}' was left executing while its operation {operation.key} "
+        f"is {operation.state}. An operator must look at it before anything moves on.",
+    )
 
 
 __all__ = ["SUBJECT_TYPE", "StepRejected", "run_token", "settle_from_operation", "subject_of"]

@@ -45,17 +45,31 @@ def _setting(name: str, default: float) -> float:
 def timers_fire(*, fence: Fence, limit: int = 1000) -> int:
     """Fire up to ``limit`` due timers (database clock) in one fenced commit."""
     with step_commit():
-        due = list(Timer.objects.filter(state="scheduled", due_at__lte=Now())
-                   .order_by("due_at").values_list("pk", "token_id", "instance_id")[:limit])
+        due = list(
+            Timer.objects.filter(state="scheduled", due_at__lte=Now())
+            .order_by("due_at")
+            .values_list("pk", "token_id", "instance_id")[:limit]
+        )
         if not due:
             return 0
-        fired = fenced_update(Timer.objects.filter(pk__in=[d[0] for d in due], state="scheduled"),
-                              fence=fence, state="fired", fire_fence=fence.fence, fired_at=Now())
+        fired = fenced_update(
+            Timer.objects.filter(pk__in=[d[0] for d in due], state="scheduled"),
+            fence=fence,
+            state="fired",
+            fire_fence=fence.fence,
+            fired_at=Now(),
+        )
         fenced_update(
-            Token.objects.filter(pk__in=[d[1] for d in due], state=TokenState.WAITING,
-                                 wait_kind=WaitKind.TIMER, timer__state="fired",
-                                 timer__fire_fence=fence.fence),
-            fence=fence, state=TokenState.READY, updated_at=Now(),
+            Token.objects.filter(
+                pk__in=[d[1] for d in due],
+                state=TokenState.WAITING,
+                wait_kind=WaitKind.TIMER,
+                timer__state="fired",
+                timer__fire_fence=fence.fence,
+            ),
+            fence=fence,
+            state=TokenState.READY,
+            updated_at=Now(),
         )
         enqueue_many(d[2] for d in due)
     return fired
@@ -66,7 +80,8 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
     live = Lease.objects.filter(
         key=Concat(Value("instance:"), Cast(OuterRef("pk"), CharField())),
-        holder__isnull=False, expires_at__gt=Now(),
+        holder__isnull=False,
+        expires_at__gt=Now(),
     )
     tokens = Token.objects.filter(instance=OuterRef("pk"))
     runnable = tokens.filter(
@@ -75,15 +90,20 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     )
     # A retry or poll that fell due after the instance was last queued needs a run now,
     # not after the stale-enqueue period: its backoff is what the provider asked for.
-    fell_due = tokens.filter(state=TokenState.READY, not_before__lte=Now(),
-                             not_before__gt=OuterRef("enqueued_at"))
+    fell_due = tokens.filter(
+        state=TokenState.READY, not_before__lte=Now(), not_before__gt=OuterRef("enqueued_at")
+    )
     ids = list(
-        Instance.objects.filter(status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING,
-                                            InstanceStatus.BLOCKED])
+        Instance.objects.filter(
+            status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED]
+        )
         .filter(Exists(runnable))
         .exclude(Exists(live))
-        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=Now() - reenqueue_after)
-                | Exists(fell_due))
+        .filter(
+            Q(enqueued_at__isnull=True)
+            | Q(enqueued_at__lt=Now() - reenqueue_after)
+            | Exists(fell_due)
+        )
         .values_list("pk", flat=True)[:limit]
     )
     if not ids:
@@ -98,10 +118,17 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
 def deliveries_retry(limit: int = 200) -> int:
     """Messages that arrived while their instance was between states get another try."""
     waiting_keys = Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER)
-    candidates = TriggerDelivery.objects.filter(state="received").filter(
-        Exists(waiting_keys.filter(
-            wait_key=Concat(OuterRef("message"), Value(":"), OuterRef("correlation"))))
-    ).values_list("pk", flat=True)[:limit]
+    candidates = (
+        TriggerDelivery.objects.filter(state="received")
+        .filter(
+            Exists(
+                waiting_keys.filter(
+                    wait_key=Concat(OuterRef("message"), Value(":"), OuterRef("correlation"))
+                )
+            )
+        )
+        .values_list("pk", flat=True)[:limit]
+    )
     return sum(1 for pk in list(candidates) if delivery_consume(delivery_id=pk))
 
 
@@ -114,8 +141,12 @@ def sweep_once(*, fence: Fence) -> dict[str, int]:
 
 
 def _sweeper_renewing(ttl: float, tick: float) -> bool:
-    remaining = (Lease.objects.filter(key=SWEEPER, holder__isnull=False)
-                 .annotate(left=F("expires_at") - Now()).values_list("left", flat=True).first())
+    remaining = (
+        Lease.objects.filter(key=SWEEPER, holder__isnull=False)
+        .annotate(left=F("expires_at") - Now())
+        .values_list("left", flat=True)
+        .first()
+    )
     if remaining is None:
         return False
     return remaining.total_seconds() > ttl - max(2.0, 4 * tick)

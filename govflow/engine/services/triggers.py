@@ -35,8 +35,11 @@ def trigger_deliver(
     the same id with different content is refused.
     """
     payload = {} if payload is None else payload
-    for name, value in (("message", message), ("correlation", correlation),
-                        ("delivery_id", delivery_id)):
+    for name, value in (
+        ("message", message),
+        ("correlation", correlation),
+        ("delivery_id", delivery_id),
+    ):
         if not isinstance(value, str) or not value.strip() or len(value) > 200:
             raise InvalidRequest(f"{name} must be a non-empty string of at most 200 characters.")
     if not isinstance(payload, dict):
@@ -48,13 +51,19 @@ def trigger_deliver(
     try:
         with transaction.atomic():
             delivery = TriggerDelivery.objects.create(
-                delivery_id=delivery_id, message=message, correlation=correlation,
-                payload=payload, received_at=Now(),
+                delivery_id=delivery_id,
+                message=message,
+                correlation=correlation,
+                payload=payload,
+                received_at=Now(),
             )
     except IntegrityError:
         delivery = TriggerDelivery.objects.get(delivery_id=delivery_id)
-        same = (delivery.message, delivery.correlation,
-                canonical_bytes(delivery.payload)) == (message, correlation, body)
+        same = (delivery.message, delivery.correlation, canonical_bytes(delivery.payload)) == (
+            message,
+            correlation,
+            body,
+        )
         if not same:
             raise EngineConflict(
                 f"Delivery id {delivery_id!r} was already used for a different message. "
@@ -88,20 +97,33 @@ def _consume(delivery_id: int, fence) -> bool:
     if delivery.state != "received":
         return False
     wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
-    token = (Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER,
-                                  wait_key=wait_key).order_by("created_at", "pk").first())
+    token = (
+        Token.objects.filter(
+            state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key
+        )
+        .order_by("created_at", "pk")
+        .first()
+    )
     if token is None:
         return False  # buffered until an instance waits for it
     with transaction.atomic():
-        moved = fenced_update(Token.objects.filter(pk=token.pk, state=TokenState.WAITING),
-                              fence=fence, state=TokenState.READY, payload=delivery.payload,
-                              updated_at=Now())
+        moved = fenced_update(
+            Token.objects.filter(pk=token.pk, state=TokenState.WAITING),
+            fence=fence,
+            state=TokenState.READY,
+            payload=delivery.payload,
+            updated_at=Now(),
+        )
         if moved != 1:
             return False
         taken = fenced_update(
             TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
-            fence=fence, state="consumed", token_id=token.pk, consumer_fence=fence.fence,
-            consumed_at=Now())
+            fence=fence,
+            state="consumed",
+            token_id=token.pk,
+            consumer_fence=fence.fence,
+            consumed_at=Now(),
+        )
         if taken != 1:
             transaction.set_rollback(True)
             return False
@@ -111,9 +133,18 @@ def _consume(delivery_id: int, fence) -> bool:
 
 def consume_buffered(run, token: Token, delivery: TriggerDelivery) -> None:
     """A token that starts waiting takes a message that arrived before it (instance fence)."""
-    taken = fenced_update(TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
-                          fence=run.fence, state="consumed", token_id=token.pk,
-                          consumer_fence=run.fence.fence, consumed_at=Now())
+    taken = fenced_update(
+        TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+        fence=run.fence,
+        state="consumed",
+        token_id=token.pk,
+        consumer_fence=run.fence.fence,
+        consumed_at=Now(),
+    )
     if taken == 1:
-        run.update_token(token, TokenState.WAITING, state=TokenState.READY,
-                         payload=json.loads(json.dumps(delivery.payload)))
+        run.update_token(
+            token,
+            TokenState.WAITING,
+            state=TokenState.READY,
+            payload=json.loads(json.dumps(delivery.payload)),
+        )

@@ -28,8 +28,10 @@ __all__ = ["approval_decide", "external_complete", "handoff_approve", "handoff_r
 def _waiting(run, token_id: int, kind: str) -> Token:
     token = run.active.get(token_id)
     if token is None or token.state != TokenState.WAITING or token.wait_kind != kind:
-        raise EngineConflict(f"Step {token_id} of instance {run.instance.pk} is not waiting for "
-                             f"{'an approval' if kind == WaitKind.APPROVAL else kind}.")
+        raise EngineConflict(
+            f"Step {token_id} of instance {run.instance.pk} is not waiting for "
+            f"{'an approval' if kind == WaitKind.APPROVAL else kind}."
+        )
     return token
 
 
@@ -40,21 +42,27 @@ def _release(run, token: Token, payload: dict[str, Any]) -> None:
         enqueue_advance(run.instance.pk)
 
 
-def approval_decide(*, instance_id: int, token_id: int, actor, approved: bool,
-                    note: str = "") -> None:
+def approval_decide(
+    *, instance_id: int, token_id: int, actor, approved: bool, note: str = ""
+) -> None:
     """Record a human approval; the node's permission is checked against ``actor``."""
     with _Held(instance_id, actor) as run:
         token = _waiting(run, token_id, WaitKind.APPROVAL)
         permission = run.spec.nodes[token.node_id]["permission"]
         if not actor.has_perm(permission):
-            raise NotPermitted(f"{actor} may not decide '{token.node_id}': it needs the "
-                               f"permission {permission!r}.")
-        _release(run, token, {"approved": bool(approved), "by": actor.get_username(),
-                              "note": str(note)[:1000]})
+            raise NotPermitted(
+                f"{actor} may not decide '{token.node_id}': it needs the permission {permission!r}."
+            )
+        _release(
+            run,
+            token,
+            {"approved": bool(approved), "by": actor.get_username(), "note": str(note)[:1000]},
+        )
 
 
-def external_complete(*, instance_id: int, token_id: int, payload: dict[str, Any],
-                      actor=None) -> None:
+def external_complete(
+    *, instance_id: int, token_id: int, payload: dict[str, Any], actor=None
+) -> None:
     """An external worker reports its task done; ``payload`` feeds the output mapping."""
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
@@ -64,16 +72,22 @@ def external_complete(*, instance_id: int, token_id: int, payload: dict[str, Any
 
 
 def _uncertain_token(run, operation_key: str) -> Token:
-    token = next((t for t in run.active.values()
-                  if t.operation_key == operation_key
-                  and t.state == TokenState.OUTCOME_UNKNOWN), None)
+    token = next(
+        (
+            t
+            for t in run.active.values()
+            if t.operation_key == operation_key and t.state == TokenState.OUTCOME_UNKNOWN
+        ),
+        None,
+    )
     if token is None:
         raise EngineConflict("This step is not waiting for a decision on its outcome.")
     return token
 
 
-def handoff_request(*, instance_id: int, token_id: int, kind: str, rationale: str, actor,
-                    evidence=(), checks=None) -> Decision:
+def handoff_request(
+    *, instance_id: int, token_id: int, kind: str, rationale: str, actor, evidence=(), checks=None
+) -> Decision:
     """Ask for a decision on an ``outcome_unknown`` step; the action's checks must be answered."""
     token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
     if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
@@ -83,9 +97,15 @@ def handoff_request(*, instance_id: int, token_id: int, kind: str, rationale: st
     node = spec_of(token.instance.definition).nodes[token.node_id]
     action = registry.get(node.get("action", ""))
     required = [c.id for c in action.checks] if action else []
-    return decision_request(operation_key=token.operation_key, kind=kind, rationale=rationale,
-                            requested_by=actor, evidence=evidence, checks=checks,
-                            required_checks=required)
+    return decision_request(
+        operation_key=token.operation_key,
+        kind=kind,
+        rationale=rationale,
+        requested_by=actor,
+        evidence=evidence,
+        checks=checks,
+        required_checks=required,
+    )
 
 
 def handoff_approve(*, decision_id: int, actor) -> Decision:
@@ -106,23 +126,36 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
                 approved = decision_approve(decision_id=decision_id, approved_by=actor)
                 router = Router(run)
                 if approved.kind == DecisionKind.EFFECT_CONFIRMED:
-                    run.update_token(token, TokenState.OUTCOME_UNKNOWN,
-                                     state=TokenState.COMPLETED,
-                                     reason=f"effect confirmed by decision {approved.pk}")
+                    run.update_token(
+                        token,
+                        TokenState.OUTCOME_UNKNOWN,
+                        state=TokenState.COMPLETED,
+                        reason=f"effect confirmed by decision {approved.pk}",
+                    )
                     run.active.pop(token.pk, None)
                     leave_or_block(run, token)
                 elif approved.kind == DecisionKind.EFFECT_ABSENT:
-                    run.update_token(token, TokenState.OUTCOME_UNKNOWN, state=TokenState.FAILED,
-                                     reason=f"effect absent (decision {approved.pk}); a "
-                                            "deliberate retry is available")
-                    run.flush(router, status=InstanceStatus.BLOCKED,
-                              reason="Effect absent: retry the step or cancel the instance.")
+                    run.update_token(
+                        token,
+                        TokenState.OUTCOME_UNKNOWN,
+                        state=TokenState.FAILED,
+                        reason=f"effect absent (decision {approved.pk}); a "
+                        "deliberate retry is available",
+                    )
+                    run.flush(
+                        router,
+                        status=InstanceStatus.BLOCKED,
+                        reason="Effect absent: retry the step or cancel the instance.",
+                    )
                 else:
                     for other in list(run.active.values()):
                         run.update_token(other, other.state, state=TokenState.CANCELLED)
                         run.active.pop(other.pk)
-                    run.flush(router, status=InstanceStatus.CANCELLED,
-                              reason=f"Cancelled by decision {approved.pk}.")
+                    run.flush(
+                        router,
+                        status=InstanceStatus.CANCELLED,
+                        reason=f"Cancelled by decision {approved.pk}.",
+                    )
                 enqueue_advance(instance_id)
         except ChainBroken as exc:
             incident_open(verification=exc.result)

@@ -20,21 +20,30 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--subject", help="verify one subject only, written type:id")
-        parser.add_argument("--resolve", action="store_true",
-                            help="resolve open incidents whose chain verifies again "
-                                 "(needs --by)")
-        parser.add_argument("--by", metavar="USERNAME",
-                            help="with --resolve: the operator who repaired the cause")
-        parser.add_argument("--watermark", type=int,
-                            help="with --subject: the revision seen before (detects truncation)")
+        parser.add_argument(
+            "--resolve",
+            action="store_true",
+            help="resolve open incidents whose chain verifies again (needs --by)",
+        )
+        parser.add_argument(
+            "--by", metavar="USERNAME", help="with --resolve: the operator who repaired the cause"
+        )
+        parser.add_argument(
+            "--watermark",
+            type=int,
+            help="with --subject: the revision seen before (detects truncation)",
+        )
 
-    def handle(self, *args, subject=None, watermark=None, resolve=False, by=None,
-               verbosity=1, **options):
+    def handle(
+        self, *args, subject=None, watermark=None, resolve=False, by=None, verbosity=1, **options
+    ):
         actor = None
         if resolve:
             if not by:
-                raise CommandError("--resolve needs --by USERNAME: resolving an incident "
-                                   "records who repaired its cause.")
+                raise CommandError(
+                    "--resolve needs --by USERNAME: resolving an incident "
+                    "records who repaired its cause."
+                )
             actor = get_user_model().objects.filter(username=by, is_active=True).first()
             if actor is None:
                 raise CommandError(f"No active user {by!r}.")
@@ -54,8 +63,10 @@ class Command(BaseCommand):
             result, incident = subject_verify(subject=item, watermark=watermark)
             if not result.ok:
                 broken += 1
-                self.stdout.write(f"BROKEN {result.subject} at #{result.position}: "
-                                  f"{result.reason} (incident {incident.pk})")
+                self.stdout.write(
+                    f"BROKEN {result.subject} at #{result.position}: "
+                    f"{result.reason} (incident {incident.pk})"
+                )
             else:
                 if resolve:
                     self._resolve(item, result, actor, watermark)
@@ -71,12 +82,15 @@ class Command(BaseCommand):
         ):
             if result.length == 0 and watermark is None:
                 # Deleting everything leaves an empty chain that "verifies": never enough.
-                self.stdout.write(f"KEPT incident {incident.pk} on {item}: its chain is empty; "
-                                  "give --watermark with the revision last seen to resolve it")
+                self.stdout.write(
+                    f"KEPT incident {incident.pk} on {item}: its chain is empty; "
+                    "give --watermark with the revision last seen to resolve it"
+                )
                 continue
             check = incident_reverify(incident=incident, actor=actor, watermark=watermark)
             if check.ok:
-                self.stdout.write(f"RESOLVED incident {incident.pk} on {item}: the chain "
-                                  "verifies again")
+                self.stdout.write(
+                    f"RESOLVED incident {incident.pk} on {item}: the chain verifies again"
+                )
             else:
                 self.stdout.write(f"KEPT incident {incident.pk} on {item}: {check.reason}")

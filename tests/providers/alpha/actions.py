@@ -13,8 +13,12 @@ from govflow.engine.provider import (
 
 from . import effects
 
-SCHEMA = {"type": "object", "properties": {"value": {"type": "string"}},
-          "required": ["value"], "additionalProperties": True}
+SCHEMA = {
+    "type": "object",
+    "properties": {"value": {"type": "string"}},
+    "required": ["value"],
+    "additionalProperties": True,
+}
 CHECK = (VerificationCheck("store", "Look the idempotency key up in the alpha effect store."),)
 
 
@@ -69,20 +73,44 @@ def _atomic(context):
 
 
 write = ActionDefinition(
-    name="alpha.write", recovery_mode="non_atomic", title="Write to the alpha store",
-    input_schema=SCHEMA, preview=_preview, execute=_effect, poll=_poll,
-    reconcile=_reconcile, checks=CHECK, retry_budget=2, retry_backoff=0.05,
+    name="alpha.write",
+    recovery_mode="non_atomic",
+    title="Write to the alpha store",
+    input_schema=SCHEMA,
+    preview=_preview,
+    execute=_effect,
+    poll=_poll,
+    reconcile=_reconcile,
+    checks=CHECK,
+    retry_budget=2,
+    retry_backoff=0.05,
 )
 note = ActionDefinition(
-    name="alpha.note", recovery_mode="atomic", title="Note in the engine's database",
-    input_schema=SCHEMA, preview=_preview, execute=_atomic, retry_budget=2, retry_backoff=0.05,
+    name="alpha.note",
+    recovery_mode="atomic",
+    title="Note in the engine's database",
+    input_schema=SCHEMA,
+    preview=_preview,
+    execute=_atomic,
+    retry_budget=2,
+    retry_backoff=0.05,
 )
 restore = ActionDefinition(
-    name="alpha.restore", recovery_mode="snapshot_restore", title="Restore a snapshot",
-    input_schema=SCHEMA, preview=_preview, execute=_effect, checks=CHECK,
+    name="alpha.restore",
+    recovery_mode="snapshot_restore",
+    title="Restore a snapshot",
+    input_schema=SCHEMA,
+    preview=_preview,
+    execute=_effect,
+    checks=CHECK,
 )
 publish = ActionDefinition(
-    name="alpha.publish", recovery_mode="irreversible", title="Publish irreversibly",
-    input_schema=SCHEMA, preview=_preview, execute=_effect, checks=CHECK,
+    name="alpha.publish",
+    recovery_mode="irreversible",
+    title="Publish irreversibly",
+    input_schema=SCHEMA,
+    preview=_preview,
+    execute=_effect,
+    checks=CHECK,
 )
 ALL = (write, note, restore, publish)

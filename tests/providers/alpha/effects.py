@@ -16,8 +16,11 @@ SCRIPT: dict[str, list] = {}
 
 
 def store_path() -> Path:
-    return Path(os.environ.get("ALPHA_STORE") or getattr(settings, "ALPHA_STORE", "")
-                or Path(settings.VAR_DIR) / "alpha-effects.sqlite3")
+    return Path(
+        os.environ.get("ALPHA_STORE")
+        or getattr(settings, "ALPHA_STORE", "")
+        or Path(settings.VAR_DIR) / "alpha-effects.sqlite3"
+    )
 
 
 def _connect() -> sqlite3.Connection:
@@ -25,8 +28,10 @@ def _connect() -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=30, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, action TEXT, "
-                 "data TEXT, calls INTEGER DEFAULT 1)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, action TEXT, "
+        "data TEXT, calls INTEGER DEFAULT 1)"
+    )
     conn.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT, action TEXT, phase TEXT)")
     return conn
 
@@ -35,8 +40,10 @@ def apply_effect(key: str, action: str, data: dict) -> bool:
     """Do the effect once per idempotency key; a duplicate is harmless. True if new."""
     with _connect() as conn:
         conn.execute("INSERT INTO calls VALUES (?, ?, 'execute')", (key, action))
-        cur = conn.execute("INSERT OR IGNORE INTO effects (key, action, data) VALUES (?, ?, ?)",
-                           (key, action, json.dumps(data, sort_keys=True)))
+        cur = conn.execute(
+            "INSERT OR IGNORE INTO effects (key, action, data) VALUES (?, ?, ?)",
+            (key, action, json.dumps(data, sort_keys=True)),
+        )
         if cur.rowcount == 0:
             conn.execute("UPDATE effects SET calls = calls + 1 WHERE key = ?", (key,))
             return False
@@ -51,8 +58,9 @@ def effect_exists(key: str) -> bool:
 def effects(action: str | None = None) -> list[tuple[str, str, int]]:
     with _connect() as conn:
         sql = "SELECT key, action, calls FROM effects"
-        rows = conn.execute(sql + (" WHERE action = ?" if action else ""),
-                            (action,) if action else ()).fetchall()
+        rows = conn.execute(
+            sql + (" WHERE action = ?" if action else ""), (action,) if action else ()
+        ).fetchall()
     return rows
 
 

@@ -40,22 +40,28 @@ def admin_url(instance_id: int) -> str:
 def instance_or_error(instance_id: int) -> Instance:
     instance = Instance.objects.select_related("definition").filter(pk=instance_id).first()
     if instance is None:
-        raise CommandError(f"No instance has id {instance_id}. `manage.py demo_start` starts "
-                           "one and prints its id.")
+        raise CommandError(
+            f"No instance has id {instance_id}. `manage.py demo_start` starts "
+            "one and prints its id."
+        )
     return instance
 
 
 def user_or_error(username: str):
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise CommandError(f"No user {username!r}. `manage.py demo_setup --password …` creates "
-                           "the demo logins (`make run` does it for you).")
+        raise CommandError(
+            f"No user {username!r}. `manage.py demo_setup --password …` creates "
+            "the demo logins (`make run` does it for you)."
+        )
     return user
 
 
 def application_id_or_error(instance: Instance) -> str:
     application_id = (instance.variables.get("application") or {}).get("id")
     if not application_id:
-        raise CommandError(f"Instance {instance.pk} has no registered application yet (its "
-                           "register step has not completed). Wait a moment and try again.")
+        raise CommandError(
+            f"Instance {instance.pk} has no registered application yet (its "
+            "register step has not completed). Wait a moment and try again."
+        )
     return application_id

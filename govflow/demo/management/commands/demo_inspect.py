@@ -13,8 +13,10 @@ MESSAGE = "inspection.completed"
 
 
 class Command(BaseCommand):
-    help = ("Deliver the 'inspection.completed' message for a demo.building_permit instance, "
-            "correlated by its application number. Delivering it twice is harmless.")
+    help = (
+        "Deliver the 'inspection.completed' message for a demo.building_permit instance, "
+        "correlated by its application number. Delivering it twice is harmless."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("instance_id", type=int)
@@ -27,16 +29,21 @@ class Command(BaseCommand):
         application_id = application_id_or_error(instance)
         try:
             delivery = trigger_deliver(
-                message=MESSAGE, correlation=application_id,
+                message=MESSAGE,
+                correlation=application_id,
                 delivery_id=f"inspection:{application_id}",
                 payload={"result": result, "inspector": inspector, "remarks": remarks},
             )
         except (EngineConflict, InvalidRequest) as exc:
             raise CommandError(str(exc)) from None
         if delivery.state == "consumed":
-            self.stdout.write(f"Inspection report for {application_id} ({result}) delivered to "
-                              f"instance {instance_id}; it moves on to the approval.")
+            self.stdout.write(
+                f"Inspection report for {application_id} ({result}) delivered to "
+                f"instance {instance_id}; it moves on to the approval."
+            )
         else:
-            self.stdout.write(f"Inspection report for {application_id} ({result}) received and "
-                              "kept: the instance is not waiting for it yet (objection period?) "
-                              "and takes it as soon as it is.")
+            self.stdout.write(
+                f"Inspection report for {application_id} ({result}) received and "
+                "kept: the instance is not waiting for it yet (objection period?) "
+                "and takes it as soon as it is."
+            )

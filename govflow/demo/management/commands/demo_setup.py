@@ -10,20 +10,29 @@ from django.db import transaction
 
 ENGINE_VIEW = ["definition", "instance", "token", "timer", "triggerdelivery", "incident"]
 OPERATOR_PERMS = [
-    ("recovery", "view_operation"), ("recovery", "view_checkpoint"), ("recovery", "view_lease"),
-    ("recovery", "view_integrityincident"), ("recovery", "view_decision"),
+    ("recovery", "view_operation"),
+    ("recovery", "view_checkpoint"),
+    ("recovery", "view_lease"),
+    ("recovery", "view_integrityincident"),
+    ("recovery", "view_decision"),
     ("recovery", "request_decision"),
     *(("engine", f"view_{model}") for model in ENGINE_VIEW),
-    ("engine", "start_instance"), ("engine", "operate_instance"),
+    ("engine", "start_instance"),
+    ("engine", "operate_instance"),
     ("govflow_demo", "view_decisionnote"),
 ]
-APPROVER_PERMS = [*OPERATOR_PERMS, ("recovery", "approve_decision"),
-                  ("govflow_demo", "approve_permit")]
+APPROVER_PERMS = [
+    *OPERATOR_PERMS,
+    ("recovery", "approve_decision"),
+    ("govflow_demo", "approve_permit"),
+]
 
 
 class Command(BaseCommand):
-    help = ("Create the demo 'operator' and 'approver' logins with the given password and "
-            "publish the demo workflows (load_workflows).")
+    help = (
+        "Create the demo 'operator' and 'approver' logins with the given password and "
+        "publish the demo workflows (load_workflows)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--password", required=True)
@@ -53,5 +62,7 @@ def _permission(app_label: str, codename: str) -> Permission:
     try:
         return Permission.objects.get(content_type__app_label=app_label, codename=codename)
     except Permission.DoesNotExist:
-        raise CommandError(f"Permission {app_label}.{codename} does not exist. Run "
-                           "`manage.py migrate` first (it creates permissions).") from None
+        raise CommandError(
+            f"Permission {app_label}.{codename} does not exist. Run "
+            "`manage.py migrate` first (it creates permissions)."
+        ) from None

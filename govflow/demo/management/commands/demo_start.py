@@ -10,22 +10,33 @@ from govflow.engine.services.instances import instance_start, resolve_definition
 
 from ._demo import admin_url, manage_py, user_or_error
 
-CORRECTION = {"parcel": {"id": "RTD-H-3310"},
-              "reason": "The parcel boundary was overwritten by a faulty bulk import."}
+CORRECTION = {
+    "parcel": {"id": "RTD-H-3310"},
+    "reason": "The parcel boundary was overwritten by a faulty bulk import.",
+}
 
 
 class Command(BaseCommand):
-    help = ("Start an instance of demo.building_permit (or, with --parcel-correction, "
-            "demo.parcel_correction) with realistic variables, as the demo operator, and print "
-            "its id and its page in the admin.")
+    help = (
+        "Start an instance of demo.building_permit (or, with --parcel-correction, "
+        "demo.parcel_correction) with realistic variables, as the demo operator, and print "
+        "its id and its page in the admin."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--parcel-correction", action="store_true",
-                            help="start demo.parcel_correction (a snapshot restore) instead")
+        parser.add_argument(
+            "--parcel-correction",
+            action="store_true",
+            help="start demo.parcel_correction (a snapshot restore) instead",
+        )
         parser.add_argument("--applicant", help="the applicant's name (default: a sample one)")
         parser.add_argument("--parcel", help="the parcel id (default: the sample's)")
-        parser.add_argument("--as", dest="username", default="operator",
-                            help="the user who starts it (needs engine.start_instance)")
+        parser.add_argument(
+            "--as",
+            dest="username",
+            default="operator",
+            help="the user who starts it (needs engine.start_instance)",
+        )
         parser.add_argument("--tenant", default="demo-municipality")
 
     def handle(self, *args, parcel_correction, applicant, parcel, username, tenant, **options):
@@ -40,11 +51,14 @@ class Command(BaseCommand):
         try:
             definition = resolve_definition(key)
         except InvalidRequest as exc:
-            raise CommandError(f"{exc} (`manage.py load_workflows` publishes the demo "
-                               "workflows; `make run` does it for you.)") from None
+            raise CommandError(
+                f"{exc} (`manage.py load_workflows` publishes the demo "
+                "workflows; `make run` does it for you.)"
+            ) from None
         try:
-            instance = instance_start(definition=definition, variables=variables,
-                                      tenant=tenant, actor=actor)
+            instance = instance_start(
+                definition=definition, variables=variables, tenant=tenant, actor=actor
+            )
         except InvalidRequest as exc:
             raise CommandError(str(exc)) from None
         manage = manage_py()

@@ -9,8 +9,17 @@ from govflow.demo.models import DecisionNote
 
 from ._demo import admin_url, instance_or_error
 
-SHOWN = ("application", "payment", "notice", "inspection", "decision", "permit", "rejection",
-         "restoration", "correction")
+SHOWN = (
+    "application",
+    "payment",
+    "notice",
+    "inspection",
+    "decision",
+    "permit",
+    "rejection",
+    "restoration",
+    "correction",
+)
 
 
 class Command(BaseCommand):
@@ -22,14 +31,18 @@ class Command(BaseCommand):
     def handle(self, *args, instance_id, **options):
         instance = instance_or_error(instance_id)
         out = self.stdout.write
-        out(f"Instance {instance.pk} of {instance.definition}: {instance.status}"
-            + (f" — {instance.reason}" if instance.reason else ""))
+        out(
+            f"Instance {instance.pk} of {instance.definition}: {instance.status}"
+            + (f" — {instance.reason}" if instance.reason else "")
+        )
         out(f"  Admin: {admin_url(instance.pk)}")
         out("  Steps:")
         for token in instance.tokens.order_by("ordinal"):
             wait = f" [{token.wait_kind}]" if token.wait_kind else ""
-            out(f"    #{token.ordinal:<3} {token.node_id:<18} {token.state}{wait}"
-                + (f" — {token.reason}" if token.reason else ""))
+            out(
+                f"    #{token.ordinal:<3} {token.node_id:<18} {token.state}{wait}"
+                + (f" — {token.reason}" if token.reason else "")
+            )
         out("  Variables:")
         for name in SHOWN:
             if name in instance.variables:

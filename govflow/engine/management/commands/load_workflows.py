@@ -15,9 +15,11 @@ from govflow.engine.services.definitions import (
 
 
 class Command(BaseCommand):
-    help = ("Publish workflow definitions from every installed app's workflows/*.json (or "
-            "the given files). Re-loading identical files is a no-op; a changed file under "
-            "an already published version is refused: give it a new version.")
+    help = (
+        "Publish workflow definitions from every installed app's workflows/*.json (or "
+        "the given files). Re-loading identical files is a no-op; a changed file under "
+        "an already published version is refused: give it a new version."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("files", nargs="*", help="definition files (default: all apps')")
@@ -32,7 +34,9 @@ class Command(BaseCommand):
                 failures += 1
                 self.stderr.write(f"{path}: {exc}")
                 continue
-            self.stdout.write(f"{definition.key} v{definition.version} "
-                              f"({definition.fingerprint[:12]}…) from {path.name}")
+            self.stdout.write(
+                f"{definition.key} v{definition.version} "
+                f"({definition.fingerprint[:12]}…) from {path.name}"
+            )
         if failures:
             raise CommandError(f"{failures} definition file(s) were not published.")
