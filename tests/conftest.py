@@ -36,13 +36,20 @@ def _user(django_user_model, username: str, *codenames: str):
 
 @pytest.fixture
 def requester(django_user_model):
-    return _user(django_user_model, "requester", "request_decision", "view_decision")
+    return _user(
+        django_user_model, "requester", "request_decision", "view_decision", "operate_instance"
+    )
 
 
 @pytest.fixture
 def approver(django_user_model):
     return _user(
-        django_user_model, "approver", "request_decision", "approve_decision", "view_decision"
+        django_user_model,
+        "approver",
+        "request_decision",
+        "approve_decision",
+        "view_decision",
+        "operate_instance",
     )
 
 

@@ -170,7 +170,9 @@ def test_kill_after_a_non_atomic_dispatch_needs_an_operator_decision(workspace, 
         assert token(pk, "a").state == TokenState.OUTCOME_UNKNOWN, dump(pk)
         assert status(pk) == InstanceStatus.BLOCKED, dump(pk)
 
-    requester = user(django_user_model, "requester", "recovery.request_decision")
+    requester = user(
+        django_user_model, "requester", "recovery.request_decision", "engine.operate_instance"
+    )
     approver = user(
         django_user_model, "approver", "recovery.approve_decision", "engine.operate_instance"
     )

@@ -20,7 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.text import Truncator
 
-from recovery.api import ConflictError, RecoveryValidationError, decision_reject
+from recovery.api import ConflictError, RecoveryValidationError
 from recovery.models import Decision
 
 from ..forms import (
@@ -32,7 +32,7 @@ from ..forms import (
 )
 from ..models import Instance, Token
 from ..services.instances import instance_cancel, instance_start, step_retry
-from ..services.waits import approval_decide, handoff_approve, handoff_request
+from ..services.waits import approval_decide, handoff_approve, handoff_reject, handoff_request
 from .base import ReadOnlyAdmin, require
 from .detail import APPROVE, OPERATE, REQUEST, action_of, detail_context, subject_of
 
@@ -310,8 +310,8 @@ class InstanceAdmin(ReadOnlyAdmin):
             instance,
             form=form,
             slot=("reject", decision.pk),
-            call=lambda: decision_reject(
-                decision_id=decision.pk, rejected_by=request.user, note=form.cleaned_data["note"]
+            call=lambda: handoff_reject(
+                decision_id=decision.pk, actor=request.user, note=form.cleaned_data["note"]
             ),
             done=lambda _: (
                 f"Decision {decision.pk} is rejected; the step still waits for a decision."

@@ -9,6 +9,7 @@ from recovery.api import (
     DecisionKind,
     canonical_bytes,
     decision_approve,
+    decision_reject,
     decision_request,
     incident_open,
 )
@@ -22,7 +23,13 @@ from .instances import _Held
 from .routing import Router
 from .runtime import leave_or_block, step_commit
 
-__all__ = ["approval_decide", "external_complete", "handoff_approve", "handoff_request"]
+__all__ = [
+    "approval_decide",
+    "external_complete",
+    "handoff_approve",
+    "handoff_reject",
+    "handoff_request",
+]
 
 
 def _waiting(run, token_id: int, kind: str) -> Token:
@@ -89,6 +96,11 @@ def handoff_request(
     *, instance_id: int, token_id: int, kind: str, rationale: str, actor, evidence=(), checks=None
 ) -> Decision:
     """Ask for a decision on an ``outcome_unknown`` step; the action's checks must be answered."""
+    if actor is None or not actor.has_perm("engine.operate_instance"):
+        raise NotPermitted(
+            f"{actor} may not ask for decisions on steps: the permission "
+            "'engine.operate_instance' is required."
+        )
     token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
     if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
         raise EngineConflict("Only a step whose outcome is unknown takes a decision.")
@@ -161,3 +173,8 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
             incident_open(verification=exc.result)
             raise
     return approved
+
+
+def handoff_reject(*, decision_id: int, actor, note: str) -> Decision:
+    """Reject a requested decision; the step keeps waiting for a decision."""
+    return decision_reject(decision_id=decision_id, rejected_by=actor, note=note)
