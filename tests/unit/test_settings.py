@@ -1,0 +1,51 @@
+"""Production settings: secrets from the environment, and a clean deploy check."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GOVFLOW_"))}
+    base.pop("DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**base, "DJANGO_SETTINGS_MODULE": "govflow.settings.prod", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+PROD_ENV = {
+    "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+    "DJANGO_ALLOWED_HOSTS": "gov.example, admin.gov.example",
+    "DATABASE_URL": "postgres://govflow@127.0.0.1:5/govflow",
+    "GOVFLOW_CHAIN_KEYS": "k2:" + secrets.token_hex(32) + ",k1:" + secrets.token_hex(32),
+}
+
+
+def test_deploy_check_is_clean_under_production_settings():
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **PROD_ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
+
+
+def test_production_refuses_to_start_without_its_secrets():
+    env = dict(PROD_ENV, DJANGO_SECRET_KEY="   ")
+    done = manage("check", **env)
+    assert done.returncode != 0
+    assert "DJANGO_SECRET_KEY is not set" in done.stderr
+
+
+def test_production_refuses_malformed_chain_keys():
+    done = manage("check", "--deploy", **dict(PROD_ENV, GOVFLOW_CHAIN_KEYS="k1:not-hex"))
+    assert done.returncode != 0
+    assert "recovery.E001" in done.stderr + done.stdout
