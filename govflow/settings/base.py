@@ -72,6 +72,13 @@ def database_from_env(url: str | None = None) -> dict:
     url = url if url is not None else os.environ.get("DATABASE_URL", "")
     if url:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        if config["ENGINE"] == "django.db.backends.postgresql":
+            # Bind parameters on the server and prepare statements after their first use:
+            # the engine repeats the same few statements for every step, and PostgreSQL
+            # then plans them once per connection instead of on every call.
+            options = config.setdefault("OPTIONS", {})
+            options.setdefault("server_side_binding", True)
+            options.setdefault("prepare_threshold", 1)
         return config
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     return {
