@@ -16,6 +16,17 @@ def pytest_report_header(config):
     return f"database backend: {engine}"
 
 
+@pytest.fixture(autouse=True)
+def alpha_store(tmp_path, settings):
+    """Every test gets a fresh external effect store for the test provider's actions."""
+    from tests.providers.alpha import effects
+
+    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
+    effects.reset()
+    yield
+    effects.reset()
+
+
 @pytest.fixture
 def subject():
     return new_subject()

@@ -11,18 +11,7 @@ import os
 import pytest
 from django.contrib.auth.models import Permission
 
-from tests.providers.alpha import effects
-
 from .chromium import Browser, missing
-
-
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    """A fresh alpha effect store; the live server thread reads the same settings."""
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
 
 
 @pytest.fixture

@@ -40,14 +40,6 @@ OPERATOR_PERMS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 def make_user(django_user_model, username: str, *perms: str, staff: bool = True):
     user = django_user_model.objects.create_user(username=username, password="pw", is_staff=staff)
     for perm in perms:

@@ -34,14 +34,6 @@ from tests.providers.alpha.models import Note
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 def run(instance):
     report = instance_run(instance_id=instance.pk)
     instance.refresh_from_db()

@@ -41,14 +41,6 @@ from tests.providers.alpha import effects
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 def gateway(*, default: bool = True, before: list | None = None):
     """start → [before…] → g → a (fee > 100) | b (default) → end."""
     before = before or []

@@ -33,17 +33,8 @@ from django.test.utils import CaptureQueriesContext
 from govflow.engine.models import InstanceStatus
 from govflow.engine.services.runtime import instance_run
 from tests.flows import action, linear, start
-from tests.providers.alpha import effects
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
 
 
 def kind(sql: str) -> str:

@@ -15,17 +15,8 @@ from govflow.engine.models import Definition
 from govflow.engine.services.definitions import definition_publish
 from tests.engine_helpers import graph, node, user_with
 from tests.flows import action, linear, start
-from tests.providers.alpha import effects
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
 
 
 def problems_of(document) -> list[str]:

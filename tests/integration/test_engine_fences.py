@@ -36,14 +36,6 @@ from tests.providers.alpha import effects
 from tests.providers.alpha.models import Note
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 @pytest.fixture
 def short_lease(settings):
     """Instance leases that lapse in a second, so a slow step outlives its lease."""

@@ -32,14 +32,6 @@ pytestmark = pytest.mark.django_db
 CHECKS = {"store": "Looked the idempotency key up in the alpha store."}
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 @pytest.fixture
 def operator(django_user_model):
     return user_with(django_user_model, "operator", "engine.operate_instance")

@@ -36,14 +36,6 @@ SCHEMA = {
 }
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 @pytest.fixture
 def definition():
     return publish(linear(action("a"), variables_schema=SCHEMA))

@@ -95,16 +95,8 @@ def test_provider_order_changes_neither_fingerprint_nor_operation_keys(tmp_path)
     assert all(op[2].startswith("op-") for op in ab["operations"])
 
 
-@pytest.fixture
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 @pytest.mark.django_db
-def test_a_missing_provider_blocks_its_instances_with_a_clear_reason(clean_store):
+def test_a_missing_provider_blocks_its_instances_with_a_clear_reason():
     definition = publish(DOCUMENT)
     instance = instance_start(definition=definition, variables={"value": "v1"})
     with registry.override(remove=("beta.stamp",)):
@@ -138,7 +130,7 @@ def test_a_missing_provider_blocks_its_instances_with_a_clear_reason(clean_store
 
 
 @pytest.mark.django_db
-def test_a_provider_removed_mid_run_blocks_at_the_step(clean_store, settings):
+def test_a_provider_removed_mid_run_blocks_at_the_step(settings):
     definition = publish(DOCUMENT)
     instance = instance_start(definition=definition, variables={"value": "v1"})
     settings.GOVFLOW_MAX_STEPS_PER_RUN = 2
@@ -153,7 +145,7 @@ def test_a_provider_removed_mid_run_blocks_at_the_step(clean_store, settings):
 
 
 @pytest.mark.django_db
-def test_manage_py_check_warns_about_definitions_that_no_longer_resolve(clean_store, capsys):
+def test_manage_py_check_warns_about_definitions_that_no_longer_resolve(capsys):
     publish(DOCUMENT)
     with registry.override(remove=("beta.stamp",)):
         call_command("check")

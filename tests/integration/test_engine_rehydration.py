@@ -32,14 +32,6 @@ from tests.providers.alpha import effects
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 class WorkerKilled(BaseException):
     """Stands in for kill -9: nothing after it runs, not even an ``except Exception``."""
 

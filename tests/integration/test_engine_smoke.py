@@ -8,14 +8,6 @@ from tests.providers.alpha import effects
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def clean_store(tmp_path, settings):
-    settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
-    yield
-    effects.reset()
-
-
 def test_two_step_instance_completes_with_a_verified_chain():
     instance = start(linear(action("a"), action("b", name="alpha.note")))
     instance = drive(instance)
