@@ -1,0 +1,1 @@
+"""A benchmark-only provider: one non-atomic action that does nothing."""

@@ -1,0 +1,263 @@
+"""Printing the side-by-side comparison and the targets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+TARGET_SPEEDUP = 2.0
+TARGET_COMMITS = 2.0
+TARGET_RECOVERY = 0.5
+TARGET_TIMER_P99 = 2.0
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _row(label: str, left: str, right: str, extra: str = "") -> str:
+    return f"  {label:<40} {left:>14} {right:>14}  {extra}".rstrip()
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("MET" if ok else "NOT MET")
+
+
+def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
+    env = r["environment"]
+    out("")
+    out("GovFlow engine vs DBOS Transact: 5-step workflows of no-op steps")
+    out("=" * 100)
+    for line in env["lines"]:
+        out(line)
+    out("")
+
+    out(
+        f"Throughput: {r['throughput_n']} workflows x 5 steps per run, after a warm-up; "
+        "first enqueue to last completion (database clock)"
+    )
+    out(_row("", "GovFlow", "DBOS", "GovFlow / DBOS"))
+    for gfr, dbr in zip(r["govflow_tput"], r["dbos_tput"], strict=True):
+        label = f"{gfr['workers']} worker process{'es' if gfr['workers'] > 1 else ''}: steps/s"
+        ratio = gfr["steps_per_s"] / dbr["steps_per_s"]
+        out(_row(label, _f(gfr["steps_per_s"]), _f(dbr["steps_per_s"]), f"{ratio:.2f}x"))
+        out(_row("  run seconds", _f(gfr["seconds"]), _f(dbr["seconds"])))
+        out(
+            _row(
+                "  enqueueing them (client; overlaps the run)",
+                _f(gfr["enqueue_seconds"]),
+                _f(dbr["enqueue_seconds"]),
+            )
+        )
+        out(_row("  outcome", _statuses(gfr["statuses"]), _statuses(dbr["statuses"])))
+        out(
+            _row(
+                "  django-q2 tasks enqueued per workflow",
+                _f(gfr["tasks_per_instance"], 2),
+                "-",
+                "(1.00 = one task each; more = sweep re-enqueues)",
+            )
+        )
+    out("")
+
+    out("Cost per step (server counters over the whole run, all processes; driver polls excluded)")
+    out(_row("", "GovFlow", "DBOS"))
+    for gfr, dbr in zip(r["govflow_tput"], r["dbos_tput"], strict=True):
+        g, d = gfr["per_step"], dbr["per_step"]
+        w = gfr["workers"]
+        out(_row(f"{w} worker(s): commits (xact_commit)", _f(g["commits"], 2), _f(d["commits"], 2)))
+        out(
+            _row(
+                "  of which wrote (transaction ids used)",
+                _f(g["write_commits"], 2),
+                _f(d["write_commits"], 2),
+            )
+        )
+        out(
+            _row(
+                "  WAL flushes (pg_stat_wal.wal_sync)", _f(g["wal_syncs"], 2), _f(d["wal_syncs"], 2)
+            )
+        )
+        out(
+            _row(
+                "  SQL statements (pg_stat_statements)",
+                _f(g["statements"], 1),
+                _f(d["statements"], 1),
+            )
+        )
+        out(
+            _row(
+                "    of which BEGIN/COMMIT/ROLLBACK",
+                _f(g["begin_commit"], 1),
+                _f(d["begin_commit"], 1),
+            )
+        )
+    for gfr, dbr in zip(r["govflow_tput"], r["dbos_tput"], strict=True):
+        g, d = gfr["cpu"], dbr["cpu"]
+        out(
+            _row(
+                f"{gfr['workers']} worker(s): CPU ms, engine processes",
+                _f(sum(g.values()), 2),
+                _f(sum(d.values()), 2),
+            )
+        )
+        for role, ms in g.items():
+            out(_row(f"  GovFlow {role}", _f(ms, 2), ""))
+        out(
+            _row(
+                "  PostgreSQL plan + execute ms",
+                _f(gfr["per_step"]["server_ms"], 2),
+                _f(dbr["per_step"]["server_ms"], 2),
+            )
+        )
+    one = r["govflow_tput"][0].get("one_instance")
+    if one:
+        steps = 5
+        out(
+            f"  One GovFlow instance in-process (CaptureQueriesContext around instance_run): "
+            f"{one['run_statements']} statements and {one['run_commits']} commits for "
+            f"{steps} action steps (+ start node, lease acquire/release) = "
+            f"{one['run_statements'] / steps:.1f} statements and "
+            f"{one['run_commits'] / steps:.1f} commits per step; instance_start: "
+            f"{one['start_statements']} statements"
+        )
+        kinds = ", ".join(f"{k} {n}" for k, n in one["kinds"][:14])
+        out(f"    by kind: {kinds}")
+    prof = r["govflow_tput"][0].get("profile")
+    if prof:
+        out(
+            f"  Where a GovFlow worker's time goes: instance_run in-process over "
+            f"{prof['instances']} instances, quiet database: {prof['wall_ms']:.1f} ms wall, "
+            f"{prof['cpu_ms']:.1f} ms CPU per step (cProfile on the CPU clock; {prof['file']})"
+        )
+        out(
+            "    own CPU time by package: "
+            + ", ".join(f"{name} {share * 100:.0f}%" for share, name in prof["packages"][:8])
+        )
+        out("    own CPU time, top functions:")
+        for share, name in prof["own"][:8]:
+            out(f"      {share * 100:5.1f}%  {name[:100]}")
+        out("    cumulative CPU time, engine and ledger functions:")
+        for share, name in prof["cumulative"][:12]:
+            out(f"      {share * 100:5.1f}%  {name[:100]}")
+    top = r["govflow_tput"][0].get("top_statements")
+    if top:
+        out("  GovFlow's most frequent statements (calls per step, 1-worker run):")
+        for per_step, text in top:
+            out(f"    {per_step:5.2f}  {text[:110]}")
+    out("")
+
+    g, d = r["govflow_recovery"], r["dbos_recovery"]
+    out(
+        f"Recovery: {g['instances']} workflows started, SIGKILL of every worker process group "
+        f"once {int(r['kill_fraction'] * 100)}% of the steps were done, restart at once; "
+        f"{g['workers']} worker processes"
+    )
+    out(_row("", "GovFlow", "DBOS", "GovFlow / DBOS"))
+    out(_row("steps done at the kill", str(g["steps_at_kill"]), str(d["steps_at_kill"])))
+    out(
+        _row(
+            "workflows completed at the kill",
+            str(g["completed_at_kill"]),
+            str(d["completed_at_kill"]),
+        )
+    )
+    out(
+        _row(
+            "stranded (claimed/running by the dead)",
+            str(g["stranded"]),
+            str(d["stranded"]),
+            f"GovFlow: {g['executing_at_kill']} mid-step, {g['claimed_at_kill']} tasks claimed",
+        )
+    )
+    ratio = g["seconds"] / d["seconds"] if d["seconds"] else None
+    out(
+        _row(
+            "restart -> every workflow settled (s)",
+            _f(g["seconds"]),
+            _f(d["seconds"]),
+            f"{ratio:.2f}x" if ratio else "",
+        )
+    )
+    out(
+        _row(
+            "restart -> last stranded one settled (s)",
+            _f(g["stranded_seconds"]),
+            _f(d["stranded_seconds"]),
+        )
+    )
+    out(_row("outcome", _statuses(g["statuses"]), _statuses(d["statuses"])))
+    if g["tokens_not_completed"]:
+        tokens = ", ".join(f"{k} {n}" for k, n in g["tokens_not_completed"].items())
+        out(f"  GovFlow steps not completed: {tokens} (outcome_unknown = killed after dispatch)")
+    out("")
+
+    t = r["govflow_timers"]
+    lag = t["lag"]
+    out(
+        f"Timers (GovFlow): {t['timers']:,} instances waiting on timers due at one instant; "
+        f"qcluster workers={t['workers']}, the sweep runs in the cluster"
+    )
+    out(
+        f"  fire lag (fired_at - due_at): p50 {_f(lag['p50'], 2)} s, p99 {_f(lag['p99'], 2)} s, "
+        f"max {_f(lag['max'], 2)} s, min {_f(lag['min'], 2)} s ({lag['fired']:,} fired)"
+    )
+    out(
+        f"  fired in {lag['batches']} commits; longest pause between two firing commits "
+        f"{_f(lag['longest_pause'], 1)} s (time in which due timers waited and none fired)"
+    )
+    out(
+        f"  then: {t['completed_in_watch']:,} of the {t['timers']:,} instances completed within "
+        f"{t['watch_seconds']:g} s of the due time; django-q2 tasks enqueued per instance by "
+        f"then {t['tasks_per_instance']:.2f}; setup (bulk rows) took {_f(t['setup_seconds'], 1)} s"
+    )
+    out("")
+
+    out("Targets")
+    targets = evaluate(r)
+    for label, value, ok in targets:
+        out(f"  {label:<52} {value:<34} {_met(ok)}")
+    out("")
+    out(f"Total benchmark time {r['elapsed']:.0f} s; logs in {r['log_dir']}")
+
+
+def evaluate(r: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    targets = []
+    for gfr, dbr in zip(r["govflow_tput"], r["dbos_tput"], strict=True):
+        ratio = gfr["steps_per_s"] / dbr["steps_per_s"]
+        targets.append(
+            (
+                f">= 2x DBOS steps/s, {gfr['workers']} worker process(es)",
+                f"{ratio:.2f}x ({gfr['steps_per_s']:.1f} vs {dbr['steps_per_s']:.1f})",
+                ratio >= TARGET_SPEEDUP,
+            )
+        )
+    worst = max(gfr["per_step"]["commits"] for gfr in r["govflow_tput"])
+    targets.append(
+        (
+            "2 commits per non-atomic step (xact_commit/step)",
+            f"{worst:.2f} (worst run)",
+            worst <= TARGET_COMMITS + 0.05,
+        )
+    )
+    g, d = r["govflow_recovery"], r["dbos_recovery"]
+    targets.append(
+        (
+            "recovery <= half of DBOS's time",
+            f"{g['seconds']:.1f} s vs {d['seconds']:.1f} s",
+            g["seconds"] <= TARGET_RECOVERY * d["seconds"],
+        )
+    )
+    p99 = r["govflow_timers"]["lag"]["p99"]
+    targets.append(
+        (
+            "timer fire lag p99 <= 2 s",
+            f"{p99:.2f} s" if p99 is not None else "n/a",
+            None if p99 is None else p99 <= TARGET_TIMER_P99,
+        )
+    )
+    return targets
+
+
+def _statuses(statuses: dict[str, int]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in sorted(statuses.items()))

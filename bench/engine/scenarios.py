@@ -1,0 +1,314 @@
+"""The four measurements, each on fresh databases of the shared server.
+
+Every function returns a plain dict of figures for :mod:`bench.engine.report`. They raise
+on a benchmark failure (a worker that died by itself, a timeout); the caller's cleanup
+kills every process group either way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import dbos_side as dbos
+from . import govflow_db as gdb
+from . import govflow_side as gf
+from .procs import pids_cpu, wait_until
+from .server import Counters, Server, counters, top_statements
+
+SETTLE_TIMEOUT = 900
+TIMER_WATCH = 20.0
+"""Seconds after the timers' due time during which their instances' completions count."""
+
+
+@dataclass
+class Config:
+    throughput_n: int
+    warmup_per_worker: int
+    recovery_n: int
+    kill_fraction: float
+    timers: int
+    govflow_enqueue_threads: int
+    dbos: dbos.DbosSettings
+    recovery_overrides: dict[str, str] = field(default_factory=dict)
+    log_dir: Path = Path(".")
+    profile: int = 0
+    """Instances to run in-process under cProfile after the 1-worker run (0: none)."""
+
+
+def _cpu_per_step(before: dict, after: dict, steps: int) -> dict[str, float]:
+    """CPU milliseconds per step by role, from two {role: CPU seconds} readings."""
+    return {role: (after[role] - before.get(role, 0.0)) / steps * 1000 for role in after}
+
+
+def _per_step(before: Counters, after: Counters, steps: int, driver_queries: int) -> dict:
+    """Server counters per step; the driver's own polling queries are taken out."""
+    commits = after.xact_commit - before.xact_commit - driver_queries
+    statements = after.statements - before.statements - driver_queries
+    return {
+        "commits": commits / steps,
+        "write_commits": (after.xid - before.xid) / steps,
+        "wal_syncs": (after.wal_sync - before.wal_sync) / steps,
+        "statements": statements / steps if after.statements else None,
+        "server_ms": (after.exec_ms - before.exec_ms) / steps if after.statements else None,
+        "begin_commit": (after.begin_commit - before.begin_commit) / steps
+        if after.statements
+        else None,
+    }
+
+
+# -- GovFlow -------------------------------------------------------------------------------
+
+
+def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: bool) -> dict:
+    name = f"gf_tput_{workers}"
+    url = server.create_database(name, template="gf_template")
+    gf.use_database(name)
+    definition = gf.publish(gf.five_noops_document())
+    # The sweeper first: once it holds its lease, the cluster's sweep tasks leave at once.
+    sweeper = gf.Sweeper(name=f"{name}-sweeper", url=url, overrides={}, log_dir=cfg.log_dir)
+    sweeper.wait_sweeping()
+    cluster = gf.Cluster.start(
+        name=f"{name}-qcluster", url=url, workers=workers, overrides={}, log_dir=cfg.log_dir
+    )
+    groups = [sweeper.group, cluster.group]
+    poller = gdb.Poller()
+    warm, _ = gdb.start_instances(
+        definition, cfg.warmup_per_worker * workers, cfg.govflow_enqueue_threads
+    )
+    gdb.wait_settled(poller, warm, timeout=SETTLE_TIMEOUT, groups=groups)
+    tasks_before = gdb.tasks_enqueued()
+
+    def cpu() -> dict[str, float]:  # read before the processes are killed
+        return {**cluster.cpu_by_role(), "sweeper": pids_cpu(sweeper.group.pids())}
+
+    server.reset_statements(name)
+    before = counters(server, name)
+    cpu_before = cpu()
+    poller.queries = 0
+    ids, enqueue_seconds = gdb.start_instances(
+        definition, cfg.throughput_n, cfg.govflow_enqueue_threads
+    )
+    statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=groups)
+    cpu_after = cpu()
+    cluster.kill()
+    sweeper.kill()
+    time.sleep(1.5)  # backends of the killed processes flush their statistics
+    after = counters(server, name)
+    first, last = gdb.span(ids)
+    seconds = (last - first).total_seconds()
+    steps = len(ids) * gdb.STEPS
+    result = {
+        "workers": workers,
+        "instances": len(ids),
+        "steps": steps,
+        "seconds": seconds,
+        "steps_per_s": steps / seconds,
+        "enqueue_seconds": enqueue_seconds,
+        "statuses": statuses,
+        "tasks_per_instance": (gdb.tasks_enqueued() - tasks_before) / len(ids),
+        "per_step": _per_step(before, after, steps, poller.queries),
+        "cpu": _cpu_per_step(cpu_before, cpu_after, steps),
+    }
+    if detail:
+        result["top_statements"] = [
+            (calls / steps, text) for calls, text in top_statements(server, name, 14)
+        ]
+        result["one_instance"] = gdb.statements_one_instance(definition)
+        if cfg.profile:
+            result["profile"] = gdb.profile_in_process(
+                definition, cfg.profile, cfg.log_dir / "govflow-instance_run.pstats"
+            )
+    return result
+
+
+def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
+    """SIGKILL a production-shaped cluster (the sweep runs in its workers) mid-run."""
+    name = "gf_recovery"
+    url = server.create_database(name, template="gf_template")
+    gf.use_database(name)
+    definition = gf.publish(gf.five_noops_document())
+
+    def start() -> gf.Cluster:
+        return gf.Cluster.start(
+            name=f"{name}-qcluster",
+            url=url,
+            workers=workers,
+            overrides=cfg.recovery_overrides,
+            log_dir=cfg.log_dir,
+        )
+
+    cluster = start()
+    cluster.wait_ready()
+    poller = gdb.Poller()
+    warm, _ = gdb.start_instances(definition, 5 * workers, cfg.govflow_enqueue_threads)
+    gdb.wait_settled(poller, warm, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
+    ids, _ = gdb.start_instances(definition, cfg.recovery_n, cfg.govflow_enqueue_threads)
+    target = int(cfg.kill_fraction * len(ids) * gdb.STEPS)
+    wait_until(
+        lambda: poller.steps_done(ids[0], ids[-1]) >= target,
+        timeout=SETTLE_TIMEOUT,
+        what=f"{target} steps before the kill",
+        groups=[cluster.group],
+        interval=0.05,
+    )
+    cluster.kill()
+    steps_at_kill = poller.steps_done(ids[0], ids[-1])
+    at_kill = poller.status_counts(ids[0], ids[-1])
+    left = gdb.in_flight(ids)
+    stranded = left["executing"] | left["leased"] | left["claimed"]
+    restarted = gdb.db_now()
+    cluster = start()
+    statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
+    cluster.kill()
+    _, last = gdb.span(ids)
+    return {
+        "workers": workers,
+        "instances": len(ids),
+        "steps_at_kill": steps_at_kill,
+        "completed_at_kill": at_kill.get("completed", 0),
+        "executing_at_kill": len(left["executing"]),
+        "claimed_at_kill": len(left["claimed"]),
+        "stranded": len(stranded),
+        "seconds": (last - restarted).total_seconds(),
+        "stranded_seconds": gdb.settled_times(stranded, restarted),
+        "statuses": statuses,
+        "tokens_not_completed": gdb.blocked_breakdown(ids),
+    }
+
+
+def govflow_timers(server: Server, cfg: Config, workers: int = 2) -> dict:
+    name = "gf_timers"
+    url = server.create_database(name, template="gf_template")
+    gf.use_database(name)
+    definition = gf.publish(gf.timer_document())
+    began = time.monotonic()
+    ids = gdb.create_waiting_timers(definition, cfg.timers)
+    setup_seconds = time.monotonic() - began
+    cluster = gf.Cluster.start(
+        name=f"{name}-qcluster", url=url, workers=workers, overrides={}, log_dir=cfg.log_dir
+    )
+    cluster.wait_ready()
+    tasks_before = gdb.tasks_enqueued()
+    lead = 3.0
+    due = gdb.make_timers_due(ids, lead)
+    due_monotonic = time.monotonic() + lead
+    wait_until(
+        lambda: gdb.timer_progress(ids)[0] == len(ids),
+        timeout=SETTLE_TIMEOUT,
+        what=f"{len(ids)} timers to fire",
+        groups=[cluster.group],
+        interval=0.25,
+    )
+    # The instances then each need a run (timer -> end). Watch that backlog for a while,
+    # not to the end: with one free worker it takes minutes.
+    time.sleep(max(0.0, due_monotonic + TIMER_WATCH - time.monotonic()))
+    completed = gdb.completed_by(ids, due + dt.timedelta(seconds=TIMER_WATCH))
+    tasks = gdb.tasks_enqueued() - tasks_before
+    cluster.kill()
+    return {
+        "timers": len(ids),
+        "workers": workers,
+        "setup_seconds": setup_seconds,
+        "lag": gdb.timer_lags(ids),
+        "watch_seconds": TIMER_WATCH,
+        "completed_in_watch": completed,
+        "tasks_per_instance": tasks / len(ids),
+    }
+
+
+# -- DBOS ----------------------------------------------------------------------------------
+
+
+def dbos_throughput(server: Server, cfg: Config, workers: int) -> dict:
+    name = f"dbos_tput_{workers}"
+    url = server.create_database(name)
+    pool = dbos.Workers(
+        url=url, count=workers, settings=cfg.dbos, tag=f"tput{workers}", log_dir=cfg.log_dir
+    )
+    pool.wait_ready()
+    progress = dbos.Progress(url)
+    try:
+        enqueue_log = cfg.log_dir / f"dbos-tput{workers}-enqueue.log"
+        warm = cfg.warmup_per_worker * workers
+        dbos.enqueue(url, "warm", warm, cfg.dbos.enqueue_threads, enqueue_log)
+        progress.wait_done("warm", warm, timeout=SETTLE_TIMEOUT, groups=pool.groups)
+
+        def cpu() -> dict[str, float]:
+            return {"workers": pids_cpu(p for g in pool.groups for p in g.pids())}
+
+        server.reset_statements(name)
+        before = counters(server, name)
+        cpu_before = cpu()
+        progress.queries = 0
+        n = cfg.throughput_n
+        enqueue_seconds = dbos.enqueue(url, "run", n, cfg.dbos.enqueue_threads, enqueue_log)
+        statuses = progress.wait_done("run", n, timeout=SETTLE_TIMEOUT, groups=pool.groups)
+        cpu_after = cpu()
+        pool.kill()
+        time.sleep(1.5)
+        after = counters(server, name)
+        first, last = progress.span("run")
+    finally:
+        pool.kill()
+        progress.close()
+    steps = n * dbos.STEPS
+    seconds = last - first
+    return {
+        "workers": workers,
+        "instances": n,
+        "steps": steps,
+        "seconds": seconds,
+        "steps_per_s": steps / seconds,
+        "enqueue_seconds": enqueue_seconds,
+        "statuses": statuses,
+        "per_step": _per_step(before, after, steps, progress.queries),
+        "cpu": _cpu_per_step(cpu_before, cpu_after, steps),
+    }
+
+
+def dbos_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
+    name = "dbos_recovery"
+    url = server.create_database(name)
+    log = cfg.log_dir / "dbos-recovery-enqueue.log"
+    pool = dbos.Workers(url=url, count=workers, settings=cfg.dbos, tag="rec", log_dir=cfg.log_dir)
+    pool.wait_ready()
+    progress = dbos.Progress(url)
+    try:
+        dbos.enqueue(url, "warm", 5 * workers, cfg.dbos.enqueue_threads, log)
+        progress.wait_done("warm", 5 * workers, timeout=SETTLE_TIMEOUT, groups=pool.groups)
+        n = cfg.recovery_n
+        dbos.enqueue(url, "run", n, cfg.dbos.enqueue_threads, log)
+        target = int(cfg.kill_fraction * n * dbos.STEPS)
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while progress.steps_done("run") < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError("DBOS never reached the kill point")
+            time.sleep(0.05)
+        pool.kill()
+        steps_at_kill = progress.steps_done("run")
+        at_kill = progress.statuses("run")
+        stranded = progress.pending("run")
+        restarted = progress.now()
+        pool = dbos.Workers(
+            url=url, count=workers, settings=cfg.dbos, tag="rec2", log_dir=cfg.log_dir
+        )
+        statuses = progress.wait_done("run", n, timeout=SETTLE_TIMEOUT, groups=pool.groups)
+        pool.kill()
+        _, last = progress.span("run")
+        stranded_last = progress.last_completed(stranded)
+    finally:
+        pool.kill()
+        progress.close()
+    return {
+        "workers": workers,
+        "instances": n,
+        "steps_at_kill": steps_at_kill,
+        "completed_at_kill": at_kill.get("SUCCESS", 0),
+        "stranded": len(stranded),
+        "seconds": last - restarted,
+        "stranded_seconds": (stranded_last - restarted) if stranded_last else None,
+        "statuses": statuses,
+    }

@@ -1,0 +1,200 @@
+"""GovFlow's engine against DBOS Transact on one durable PostgreSQL server.
+
+    .venv/bin/python bench/engine_vs_dbos.py [--quick] [--n N] [--recovery-n N] [--timers N]
+
+Measures, in one run: steps/s of 5-step no-op workflows with 1 and 2 worker processes
+(GovFlow through real ``manage.py qcluster`` workers, DBOS through queue workers), commits
+and SQL statements per GovFlow step, the time to settle 1,000 in-flight workflows after a
+SIGKILL of every worker, and the fire lag of 10,000 GovFlow timers due at one instant.
+Prints the figures side by side and the targets, met or not. Exits 0 whether or not the
+targets are met, non-zero if the benchmark itself fails. Every process group it started
+and the throwaway server are stopped at the end, also on error or Ctrl-C.
+
+DBOS is installed only into ``bench/.venv-dbos`` (created on first use). ``DATABASE_URL``
+(PostgreSQL, user with CREATEDB) replaces the throwaway server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# The driver logs warnings only; the clusters it starts log at INFO to their own files.
+os.environ["GOVFLOW_LOG_LEVEL"] = "WARNING"
+
+from bench.engine import dbos_side, procs, report, scenarios  # noqa: E402
+from bench.engine import govflow_side as gf  # noqa: E402
+from bench.engine.server import postgres_server  # noqa: E402
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about 3 minutes)")
+    parser.add_argument("--n", type=int, help="workflows per throughput run (default 500)")
+    parser.add_argument("--recovery-n", type=int, help="workflows in flight (default 1000)")
+    parser.add_argument("--timers", type=int, help="timers due at once (default 10000)")
+    parser.add_argument("--kill-at", type=float, default=0.2, help="fraction of steps done")
+    parser.add_argument("--lease-ttl", default="5", help="GOVFLOW_LEASE_TTL for recovery (s)")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=100,
+        metavar="N",
+        help="cProfile instance_run in-process over N instances (0: skip; default 100)",
+    )
+    parser.add_argument("--dbos-concurrency", type=int, default=10)
+    parser.add_argument("--dbos-poll", type=float, default=0.05)
+    return parser.parse_args(argv)
+
+
+def config(args: argparse.Namespace, log_dir: Path) -> scenarios.Config:
+    quick = args.quick
+    return scenarios.Config(
+        throughput_n=args.n or (60 if quick else 500),
+        warmup_per_worker=5 if quick else 20,
+        recovery_n=args.recovery_n or (200 if quick else 1000),
+        kill_fraction=args.kill_at,
+        timers=args.timers or (2000 if quick else 10000),
+        govflow_enqueue_threads=4,
+        dbos=dbos_side.DbosSettings(
+            worker_concurrency=args.dbos_concurrency,
+            polling_interval_sec=args.dbos_poll,
+            enqueue_threads=4,
+        ),
+        recovery_overrides={"GOVFLOW_LEASE_TTL": args.lease_ttl},
+        log_dir=log_dir,
+        profile=min(args.profile, 30) if quick else args.profile,
+    )
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.began:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
+    import django
+    from django.conf import settings
+
+    q = settings.Q_CLUSTER
+    engine = {
+        name: getattr(settings, name)
+        for name in (
+            "GOVFLOW_LEASE_TTL",
+            "GOVFLOW_REENQUEUE_AFTER",
+            "GOVFLOW_SWEEP_TICK",
+            "GOVFLOW_SWEEP_LEASE_TTL",
+            "GOVFLOW_SWEEP_DURATION",
+            "GOVFLOW_MAX_STEPS_PER_RUN",
+        )
+    }
+    with server.connect() as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        durable = ", ".join(
+            f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"
+            for name in ("fsync", "synchronous_commit", "wal_sync_method")
+        )
+    load = os.getloadavg()
+    lines = [
+        f"machine: {os.cpu_count()} CPUs, {platform.machine()}, load average "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start (other work on this machine "
+        "shares the CPUs and disk)",
+        f"server: PostgreSQL {version}, {server.origin}; {durable}; statements counted by "
+        f"{'pg_stat_statements' if server.statements else 'nobody (see notes)'}",
+        *(f"  note: {note}" for note in server.notes),
+        f"GovFlow: Django {django.get_version()}, django-q2 ORM broker, Python "
+        f"{platform.python_version()}; action 'bench.noop' (non_atomic, returns Succeeded({{}}))",
+        "  throughput, N worker processes: one qcluster with Q_CLUSTER workers=N (poll "
+        f"{q['poll']}, save_limit {q['save_limit']}) running advance tasks, plus a dedicated "
+        "sweeper process (the engine's sweep_loop; the cluster's sweep tasks find it alive "
+        "and return at once), so exactly N processes run steps",
+        "  recovery and timers: production shape, one qcluster with Q_CLUSTER workers=2 and "
+        "the sweep task running in those workers (docs/deployment.md)",
+        "  engine settings: " + ", ".join(f"{k}={v:g}" for k, v in engine.items()),
+        f"  recovery run only: {', '.join(f'{k}={v}' for k, v in cfg.recovery_overrides.items())}",
+        f"  instances started with instance_start from {cfg.govflow_enqueue_threads} threads",
+        f"DBOS Transact {dbos_version} (bench/.venv-dbos, Python {dbos_side.python_version()}): "
+        "@DBOS.workflow of 5 @DBOS.step no-ops",
+        f"  {cfg.dbos.describe()}",
+    ]
+    return lines
+
+
+def run(args: argparse.Namespace) -> dict:
+    log_dir = Path(tempfile.mkdtemp(prefix="govflow-engine-bench-logs-"))
+    cfg = config(args, log_dir)
+    say = Progress()
+    say(f"DBOS environment (bench/.venv-dbos); logs in {log_dir}")
+    dbos_version = dbos_side.ensure_venv(log_dir / "dbos-venv.log")
+    results: dict = {"log_dir": str(log_dir), "throughput_n": cfg.throughput_n}
+    with postgres_server() as server:
+        try:
+            say(f"server: {server.origin}; migrating GovFlow's template database")
+            gf.setup_django(server, "gf_template", log_dir)
+            results["environment"] = {"lines": environment(server, cfg, dbos_version)}
+            results["govflow_tput"], results["dbos_tput"] = [], []
+            for workers in (1, 2):
+                say(f"GovFlow throughput, {workers} worker process(es)")
+                results["govflow_tput"].append(
+                    scenarios.govflow_throughput(server, cfg, workers, detail=workers == 1)
+                )
+                say(f"DBOS throughput, {workers} worker process(es)")
+                results["dbos_tput"].append(scenarios.dbos_throughput(server, cfg, workers))
+            say(f"GovFlow recovery of {cfg.recovery_n} workflows")
+            results["govflow_recovery"] = scenarios.govflow_recovery(server, cfg)
+            say(f"DBOS recovery of {cfg.recovery_n} workflows")
+            results["dbos_recovery"] = scenarios.dbos_recovery(server, cfg)
+            say(f"GovFlow timers: {cfg.timers} due at once")
+            results["govflow_timers"] = scenarios.govflow_timers(server, cfg)
+            results["kill_fraction"] = cfg.kill_fraction
+            load = os.getloadavg()
+            results["environment"]["lines"].append(
+                f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+            )
+        finally:
+            procs.kill_all()
+            from django.apps import apps
+
+            if apps.ready:
+                from django.db import connections
+
+                connections.close_all()
+    results["elapsed"] = time.monotonic() - say.began
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        results = run(args)
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:
+        procs.kill_all()
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return 0
+        traceback.print_exc()
+        print(f"\nThe benchmark failed: {exc}", file=sys.stderr)
+        return 1
+    report.print_report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
