@@ -44,7 +44,7 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
         out(_row("  run seconds", _f(gfr["seconds"]), _f(dbr["seconds"])))
         out(
             _row(
-                "  enqueueing them (client; overlaps the run)",
+                "  enqueue time (client, overlaps)",
                 _f(gfr["enqueue_seconds"]),
                 _f(dbr["enqueue_seconds"]),
             )
