@@ -5,7 +5,7 @@ See ``docs/recovery.md`` for the model behind it and examples.
 
 from .canonical import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value
 from .chain import Verification, chain_verify, revision_require, subject_revision
-from .db import atomic, joined
+from .db import atomic, insert_row, joined
 from .errors import (
     CanonicalError,
     ChainBroken,
@@ -35,6 +35,7 @@ from .services.leases import (
     Fence,
     fence_condition,
     fenced_update,
+    fenced_update_row,
     lease_acquire,
     lease_release,
     lease_release_if_held,
@@ -99,11 +100,13 @@ __all__ = [
     "decision_request",
     "fence_condition",
     "fenced_update",
+    "fenced_update_row",
     "fingerprint",
     "fingerprint_value",
     "idempotency_key",
     "incident_open",
     "incident_reverify",
+    "insert_row",
     "joined",
     "lease_acquire",
     "lease_release",

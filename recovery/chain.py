@@ -66,7 +66,13 @@ EMPTY = Head(0, GENESIS_LINK)
 def compute_link(
     key: bytes, subject: Subject, seq: int, kind: str, fact_fp: str, prev_link: str
 ) -> str:
-    data = canonical_bytes([subject.type, subject.id, seq, kind, fact_fp, prev_link])
+    # The canonical bytes of [type, id, seq, kind, fact_fp, prev_link], written directly:
+    # every element is a str or an int, so there is nothing for canonical_bytes to check.
+    data = json.dumps(
+        [str(subject.type), str(subject.id), int(seq), str(kind), str(fact_fp), str(prev_link)],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode("utf-8")
     return blake3(data, key=key).hexdigest()
 
 

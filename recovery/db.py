@@ -81,3 +81,39 @@ def joined() -> Iterator[None]:
 def atomic():
     """``transaction.atomic()``, without a savepoint inside :func:`joined`."""
     return transaction.atomic(savepoint=not _JOINED.get())
+
+
+def insert_row(obj) -> object:
+    """INSERT one model instance as plain SQL; set and return its primary key.
+
+    For hot paths that create a row per step: the ORM's ``save``/``bulk_create`` compile
+    every value, which costs more than the round trip. Values are the fields' plain values
+    or ``Now()`` (the database clock); anything else is refused (use the ORM).
+    """
+    from django.db.models.functions import Now
+
+    meta = type(obj)._meta
+    quote = connection.ops.quote_name
+    columns, values, params = [], [], []
+    for field in meta.concrete_fields:
+        if field.primary_key and getattr(obj, field.attname) is None:
+            continue
+        value = getattr(obj, field.attname)
+        columns.append(quote(field.column))
+        if isinstance(value, Now):
+            values.append(dialect().now)
+        elif hasattr(value, "resolve_expression"):
+            raise TypeError(f"insert_row: {field.name} is an expression; use the ORM")
+        else:
+            values.append("%s")
+            params.append(field.get_db_prep_save(value, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
+            f"VALUES ({', '.join(values)}) RETURNING {quote(meta.pk.column)}",
+            params,
+        )
+        obj.pk = cursor.fetchone()[0]
+    obj._state.adding = False
+    obj._state.db = connection.alias
+    return obj.pk

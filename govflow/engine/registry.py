@@ -145,6 +145,9 @@ class ActionRegistry:
         self._actions: dict[str, ActionDefinition] = {}
         self._lock = threading.Lock()
         self._overriding = 0
+        self.generation = 0
+        """Changes with every registration or override: results derived from the set of
+        registered actions (e.g. whether a definition resolves) are cached by it."""
 
     def register(self, action: ActionDefinition) -> ActionDefinition:
         """Validate and add ``action``; call it from your app's ``AppConfig.ready()``."""
@@ -163,6 +166,7 @@ class ActionRegistry:
                     "never reused: choose another namespace."
                 )
             self._actions[action.name] = action
+            self.generation += 1
         return action
 
     def get(self, name: str) -> ActionDefinition | None:
@@ -183,6 +187,7 @@ class ActionRegistry:
         try:
             for name in remove:
                 self._actions.pop(name, None)
+            self.generation += 1
             for action in actions:
                 self._actions.pop(action.name, None)
                 self.register(action)
@@ -191,6 +196,7 @@ class ActionRegistry:
             with self._lock:
                 self._actions = saved
                 self._overriding -= 1
+                self.generation += 1
 
 
 registry = ActionRegistry()

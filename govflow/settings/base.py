@@ -165,7 +165,9 @@ Q_CLUSTER = {
     "ack_failures": True,
     "catch_up": False,
     "poll": 0.2,
-    "save_limit": 1000,
+    # Successful tasks are not stored (an advance task's outcome is in the instance, its
+    # tokens and the ledger; storing it cost a commit per task). Failures always are.
+    "save_limit": int(os.environ.get("GOVFLOW_Q_SAVE_LIMIT", -1)),
     "guard_cycle": 0.5,
     "label": "Task queue",
 }

@@ -94,6 +94,11 @@ def test_a_worker_whose_lease_lapsed_before_dispatch_records_and_calls_nothing(
     write, calls = counted(alpha_write(preview=slow_preview))
     with registry.override(write):
         instance = start(linear(action("a")))
+        # The start node alone first: its commit would otherwise also carry a's dispatch
+        # (and run the preview, and this test's same-connection "thief", inside it).
+        settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
+        run(instance)
+        settings.GOVFLOW_MAX_STEPS_PER_RUN = 500
         assert run(instance).stale
         assert not Operation.objects.exists() and calls == []
         assert token_of(instance, "a").state == TokenState.READY

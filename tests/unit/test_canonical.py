@@ -271,3 +271,20 @@ def test_persisted_fingerprint_kind_names_are_stable():
         "result",
         "checkpoint-fact",
     ]
+
+
+def test_chain_links_hash_exactly_the_canonical_bytes_of_their_parts():
+    """compute_link writes its JSON directly for speed; it must be the canonical form."""
+    from blake3 import blake3
+
+    from recovery.chain import compute_link
+    from recovery.subjects import Subject
+
+    key = bytes(range(32))
+    for subject, seq, kind in (
+        (Subject("govflow.instance", "42"), 1, "operation.recorded"),
+        (Subject("t", "ünïcode \"quoted\" \\ id"), 12345678901, "k/ä"),
+    ):
+        parts = [subject.type, subject.id, seq, kind, "ab" * 32, "0" * 64]
+        expected = blake3(canonical_bytes(parts), key=key).hexdigest()
+        assert compute_link(key, subject, seq, kind, "ab" * 32, "0" * 64) == expected

@@ -112,9 +112,17 @@ def spec_of(definition: Definition) -> Spec:
 
 
 def unresolved_reason(definition: Definition) -> str:
-    """Why a published definition cannot run here, or '' when it resolves."""
+    """Why a published definition cannot run here, or '' when it resolves.
+
+    Cached per definition and set of registered actions (every run asks).
+    """
+    return _unresolved(definition.fingerprint, definition.document, registry.generation)
+
+
+@functools.lru_cache(maxsize=256)
+def _unresolved(fingerprint: str, body: str, generation: int) -> str:
     try:
-        parse_definition(json.loads(definition.document), registry=registry)
+        parse_definition(json.loads(body), registry=registry)
     except DefinitionInvalid as exc:
         return "; ".join(exc.problems)
     return ""

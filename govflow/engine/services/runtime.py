@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -39,8 +40,11 @@ from recovery.api import (
     OperationState,
     atomic,
     fenced_update,
+    fenced_update_row,
+    insert_row,
     joined,
     lease_acquire,
+    lease_release,
     lease_release_if_held,
     lease_renew,
     operation_observe,
@@ -112,6 +116,29 @@ class Run:
     """Tokens this run could not step (rejected before dispatch): not tried again here."""
     block_reason: str = ""
     """Why this run blocked the instance; other branches moving on do not unblock it."""
+    chained: Any = None
+    """A step whose dispatch the last commit recorded (``steps.Plan``): call it next."""
+    deferred: tuple[int, Any] | None = None
+    """(token pk, plan or rejection) prepared during a commit but left for the loop."""
+    steps_left: int = 0
+    deadline: float = 0.0
+    """This run's step and time budget; a step is chained only within it."""
+
+    released: bool = False
+    """The lease was released in the commit that ended the instance."""
+
+    def may_chain(self) -> bool:
+        return self.steps_left > 1 and time.monotonic() < self.deadline
+
+    def release_if_ended(self) -> None:
+        """Inside the commit that ended the instance: release the lease in it too.
+
+        The last statement of that commit (nothing fenced may follow it); saves the
+        release's own commit. If the commit rolls back, so does the release.
+        """
+        if self.instance.status in TERMINAL_STATUSES and not self.released:
+            lease_release(fence=self.fence)
+            self.released = True
 
     @property
     def variables(self) -> dict[str, Any]:
@@ -164,8 +191,8 @@ class Run:
     def update_token(self, token: Token, expected: str, **values: Any) -> None:
         """Conditional write: token still ``expected`` and the fence still live."""
         values.setdefault("updated_at", Now())
-        count = fenced_update(
-            Token.objects.filter(pk=token.pk, state=expected), fence=self.fence, **values
+        count = fenced_update_row(
+            Token, pk=token.pk, expect={"state": expected}, fence=self.fence, values=values
         )
         if count != 1:
             from ..errors import EngineConflict
@@ -190,10 +217,9 @@ class Run:
             )
             for pk in pending.completed_joins:
                 self.active.pop(pk, None)
-        if pending.tokens:
-            created = Token.objects.bulk_create(pending.tokens)
-            for token in created:
-                self.active[token.pk] = token
+        for token in pending.tokens:
+            insert_row(token)
+            self.active[token.pk] = token
         if pending.timers:
             from ..models import Timer
 
@@ -226,7 +252,7 @@ class Run:
             self.instance.reason = reason
         if new_status == InstanceStatus.COMPLETED:
             values["completed_at"] = Now()
-        fenced_update(Instance.objects.filter(pk=self.instance.pk), fence=self.fence, **values)
+        fenced_update_row(Instance, pk=self.instance.pk, fence=self.fence, values=values)
         self.instance.status = new_status
         router.pending = type(pending)()
 
@@ -339,12 +365,30 @@ def leave_or_block(run: Run, token: Token) -> None:
 
 
 def next_runnable(run: Run) -> Token | None:
-    runnable = Token.objects.filter(instance_id=run.instance.pk, state=TokenState.READY).filter(
+    """The ready token with the lowest ordinal that may run now, or None.
+
+    Read from the run's own view: every token this run created or changed is in
+    ``run.active``. Only a token waiting out a backoff (``not_before`` set) needs the
+    database clock. Tokens released by others while this run holds the lease (a timer
+    fired, a message arrived) are found by the check after the lease is released.
+    """
+    ready = [
+        t for t in run.active.values() if t.state == TokenState.READY and t.pk not in run.blocked
+    ]
+    if any(t.not_before is not None for t in ready):
+        return _next_runnable_now(run)
+    return min(ready, key=lambda t: t.ordinal, default=None)
+
+
+def _runnable(instance_id: int, blocked: set[int]):
+    runnable = Token.objects.filter(instance_id=instance_id, state=TokenState.READY).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=Now())
     )
-    if run.blocked:
-        runnable = runnable.exclude(pk__in=run.blocked)
-    token = runnable.order_by("ordinal").first()
+    return runnable.exclude(pk__in=blocked) if blocked else runnable
+
+
+def _next_runnable_now(run: Run) -> Token | None:
+    token = _runnable(run.instance.pk, run.blocked).order_by("ordinal").first()
     if token is not None:
         # The step mutates this object: it must be the one the instance status is derived
         # from, or a later flush in this run would judge the instance by a stale copy.
@@ -354,18 +398,23 @@ def next_runnable(run: Run) -> Token | None:
 
 def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
     """Advance one instance as far as it can go now. Safe to call any number of times."""
-    from .steps import run_token
+    from .steps import run_chained, run_token
 
     report = RunReport(instance_id)
     worker = worker or worker_name()
     try:
-        fence = lease_acquire(key=instance_lease_key(instance_id), holder=worker, ttl=lease_ttl())
+        # Taking the lease and reading the instance are one transaction (one commit).
+        with step_commit():
+            fence = lease_acquire(
+                key=instance_lease_key(instance_id), holder=worker, ttl=lease_ttl()
+            )
+            run = _load_run(instance_id, fence)
     except LeaseHeld:
         report.skipped = "lease held by another worker"
         log.info("instance %s: %s; leaving it to them", instance_id, report.skipped)
         return report
+    looped = False
     try:
-        run = _load_run(instance_id, fence)
         if run is None:
             report.skipped = "no such instance"
             return report
@@ -383,24 +432,27 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             report.status = InstanceStatus.BLOCKED
             return report
         rehydrate(run)
+        looped = True
         # Stop starting steps well inside django-q2's task timeout: a worker killed by
         # that timeout mid-step would leave an outcome_unknown behind for nothing.
-        deadline = time.monotonic() + run_budget()
-        while report.steps < max_steps() and time.monotonic() < deadline:
-            if run.instance.status in TERMINAL_STATUSES:
-                break
-            token = next_runnable(run)
-            if token is None:
-                break
-            run_token(run, token)
+        run.deadline = time.monotonic() + run_budget()
+        run.steps_left = max_steps()
+        while True:
+            if run.chained is not None:
+                # Its dispatch is already durable: it is called whatever the budget says.
+                run_chained(run)
+            else:
+                if run.steps_left <= 0 or time.monotonic() >= run.deadline:
+                    break
+                if run.instance.status in TERMINAL_STATUSES:
+                    break
+                token = next_runnable(run)
+                if token is None:
+                    break
+                run_token(run, token)
             report.steps += 1
+            run.steps_left -= 1
             run.renew_if_due()
-        else:
-            if next_runnable(run) is not None:
-                report.more = True
-                from ..queue import enqueue_advance
-
-                enqueue_advance(instance_id)
         report.status = run.instance.status
     except ConflictError as exc:
         # StaleFence, or a late answer after another holder settled the step: this
@@ -413,5 +465,29 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             exc,
         )
     finally:
-        lease_release_if_held(fence=fence)
+        _release(run, fence, report, check=looped and not report.stale)
     return report
+
+
+def _release(run: Run | None, fence: Fence, report: RunReport, *, check: bool) -> None:
+    """Release the lease; queue the instance again if work is left that may run now.
+
+    Work is left when this run stopped at its step or time budget, or when a timer, a
+    message or a decision released a token while this run held the lease: their own
+    task found the lease held and left. Release and check are one transaction, so such
+    a change either is seen here or its task finds the lease free.
+    """
+    check = check and run is not None and run.instance.status not in TERMINAL_STATUSES
+    if run is not None and run.released:
+        return
+    try:
+        with step_commit():
+            lease_release_if_held(fence=fence)
+            if check and _runnable(run.instance.pk, run.blocked).exists():
+                report.more = True
+                from ..queue import enqueue_advance
+
+                enqueue_advance(run.instance.pk)
+    except DatabaseError:
+        # Never mask the run's own outcome; an unreleased lease expires by itself.
+        log.exception("instance %s: could not release the lease cleanly", fence.key)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -33,7 +35,7 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Pending, Succeeded, Unknown
 from ..variables import MissingVariable, apply_output, build_input
 from .routing import RouteError, Router, after_seconds
-from .runtime import Run, block, leave_or_block, step_commit
+from .runtime import Run, block, lease_ttl, leave_or_block, step_commit
 
 log = logging.getLogger("govflow.engine")
 
@@ -63,6 +65,12 @@ def run_token(run: Run, token: Token) -> None:
         block(run, token, "route", f"The workflow cannot continue: {exc}.")
 
 
+def run_chained(run: Run) -> None:
+    """Call the provider of the step whose dispatch the previous commit recorded."""
+    plan, run.chained = run.chained, None
+    call_and_settle(run, plan)
+
+
 def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     """A released wait (timer fired, message delivered, approval given) moves on."""
     with step_commit():
@@ -73,6 +81,9 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> None:
         run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
         run.active.pop(token.pk, None)
         leave_or_block(run, token)
+        chained = dispatch_next(run)
+        run.release_if_ended()
+    run.chained = chained
 
 
 def access_context(run: Run) -> dict[str, Any]:
@@ -158,21 +169,28 @@ def context_for(run, token, node, action, input_value, access, idem, phase) -> A
     )
 
 
-def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
+@dataclass
+class Plan:
+    """Everything a step's dispatch needs, computed before anything is recorded."""
+
+    token: Token
+    node: Mapping[str, Any]
+    action: ActionDefinition
+    record: dict[str, Any]
+    key: str
+    idem: str
+    context: ActionContext
+
+
+def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
+    """Check and prepare a step for dispatch; raises StepRejected (nothing recorded)."""
     action = registry.get(node["action"])
     if action is None:
-        block(
-            run,
-            token,
+        raise StepRejected(
             "action_missing",
             f"No installed provider registers {node['action']}; install its module.",
         )
-        return
-    try:
-        input_value, preview, access = prepare(run, token, node, action)
-    except StepRejected as exc:
-        block(run, token, exc.kind, str(exc))
-        return
+    input_value, preview, access = prepare(run, token, node, action)
     definition_fp = run.instance.definition_fp
     input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
     if token.idempotency_key:
@@ -182,15 +200,12 @@ def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
             .first()
         )
         if previous is not None and previous != input_fp:
-            block(
-                run,
-                token,
+            raise StepRejected(
                 "input_changed",
                 f"The input of step '{token.node_id}' changed since its first attempt; "
                 "retrying it would be a different effect. Cancel the instance or restore "
                 "the variables.",
             )
-            return
         idem = token.idempotency_key
     else:
         idem = idempotency_key(
@@ -224,10 +239,82 @@ def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     )
     phase = "poll" if token.poll else "execute"
     context = context_for(run, token, node, action, input_value, access, idem, phase)
-    if action.recovery_mode == RecoveryMode.ATOMIC:
-        run_atomic(run, token, node, action, record, key, idem, context)
+    return Plan(token, node, action, record, key, idem, context)
+
+
+def run_action(run: Run, token: Token, node: Mapping[str, Any]) -> None:
+    deferred, run.deferred = run.deferred, None
+    try:
+        if deferred is not None and deferred[0] == token.pk:
+            # Planned while the previous commit was open and left for its own commit.
+            if isinstance(deferred[1], StepRejected):
+                raise deferred[1]
+            plan = deferred[1]
+        else:
+            plan = plan_action(run, token, node)
+    except StepRejected as exc:
+        block(run, token, exc.kind, str(exc))
+        return
+    if plan.action.recovery_mode == RecoveryMode.ATOMIC:
+        run_atomic(run, plan)
     else:
-        run_non_atomic(run, token, node, action, record, key, idem, context)
+        run_non_atomic(run, plan)
+
+
+def dispatch(run: Run, plan: Plan) -> None:
+    """The dispatch boundary's writes (inside the caller's step commit)."""
+    run.update_token(
+        plan.token,
+        TokenState.READY,
+        state=TokenState.EXECUTING,
+        operation_key=plan.key,
+        idempotency_key=plan.idem,
+        not_before=None,
+        wait_kind="",
+    )
+    operation_record(**plan.record)
+
+
+def dispatch_next(run: Run) -> Plan | None:
+    """Record the next step's dispatch in the commit that made it ready, when it can.
+
+    Called inside a step commit that just completed a step. When the next step to run is
+    a non-atomic action whose checks pass, its dispatch boundary (token ``executing`` +
+    ledger operation) joins this commit, so a chain of steps costs one commit per step:
+    the observation of step k and the dispatch of step k+1 are made durable together.
+    Anything less plain (another kind of node, an atomic action, a backoff, a step that
+    would be rejected, no budget left in this run) is left ready for the run's loop,
+    which handles it in its own commits as before.
+    """
+    if not run.may_chain():
+        return None
+    ready = [
+        t for t in run.active.values() if t.state == TokenState.READY and t.pk not in run.blocked
+    ]
+    if not ready:
+        return None
+    token = min(ready, key=lambda t: t.ordinal)
+    node = run.spec.nodes[token.node_id]
+    if token.not_before is not None or node["type"] != "action":
+        return None
+    action = registry.get(node["action"])
+    if action is None or action.recovery_mode == RecoveryMode.ATOMIC:
+        return None
+    began = time.monotonic()
+    try:
+        plan = plan_action(run, token, node)
+    except StepRejected as exc:
+        # Not here: blocking is its own commit, made by the loop with this very reason
+        # (the preview is not asked twice).
+        run.deferred = (token.pk, exc)
+        return None
+    if time.monotonic() - began > lease_ttl() / 10:
+        # A slow preview: the lease is renewed before this step is dispatched, in its own
+        # commit, so the commit now open (another step's outcome) is not put at risk.
+        run.deferred = (token.pk, plan)
+        return None
+    dispatch(run, plan)
+    return plan
 
 
 def _call(action: ActionDefinition, context: ActionContext):
@@ -235,36 +322,35 @@ def _call(action: ActionDefinition, context: ActionContext):
     return fn(context)
 
 
-def run_non_atomic(run, token, node, action, record, key, idem, context) -> None:
+def run_non_atomic(run: Run, plan: Plan) -> None:
     # Commit 1: the dispatch boundary. Nothing is called before it commits.
     with step_commit():
-        run.update_token(
-            token,
-            TokenState.READY,
-            state=TokenState.EXECUTING,
-            operation_key=key,
-            idempotency_key=idem,
-            not_before=None,
-            wait_kind="",
-        )
-        operation_record(**record)
+        dispatch(run, plan)
+    call_and_settle(run, plan)
+
+
+def call_and_settle(run: Run, plan: Plan) -> None:
+    """Call the provider of a dispatched step (outside any transaction), then settle."""
     try:
         with run.kept_alive():
-            result = _call(action, context)
+            result = _call(plan.action, plan.context)
     except Exception as exc:  # the effect may have happened: never guess
         log.warning(
-            "action %s raised after dispatch (%s): outcome unknown", action.name, type(exc).__name__
+            "action %s raised after dispatch (%s): outcome unknown",
+            plan.action.name,
+            type(exc).__name__,
         )
         result = Unknown(f"the provider raised {type(exc).__name__} after dispatch")
-    settle(run, token, node, action, key, result)
+    settle(run, plan.token, plan.node, plan.action, plan.key, result)
 
 
-def run_atomic(run, token, node, action, record, key, idem, context) -> None:
+def run_atomic(run: Run, plan: Plan) -> None:
+    token, node, action, key = plan.token, plan.node, plan.action, plan.key
     failure: Any = None
     try:
         with step_commit():
-            operation_record(**record)
-            result = action.execute(context)
+            operation_record(**plan.record)
+            result = action.execute(plan.context)
             if not isinstance(result, Succeeded):
                 failure = result
                 raise _RollBack
@@ -275,8 +361,9 @@ def run_atomic(run, token, node, action, record, key, idem, context) -> None:
                 key,
                 result,
                 expected=TokenState.READY,
-                extra={"operation_key": key, "idempotency_key": idem},
+                extra={"operation_key": key, "idempotency_key": plan.idem},
             )
+            run.release_if_ended()
         return
     except _RollBack:
         pass
@@ -312,9 +399,11 @@ def settle(run, token, node, action, key, result) -> None:
                 f"the provider answered pending with poll_after="
                 f"{result.poll_after!r}, not a number of seconds"
             )
+        chained = None
         with step_commit():
             if isinstance(result, Succeeded):
                 _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
+                chained = dispatch_next(run)
             elif isinstance(result, Failed):
                 _retry_or_fail(
                     run, token, action, result, expected=TokenState.EXECUTING, operation=key
@@ -338,6 +427,8 @@ def settle(run, token, node, action, key, result) -> None:
                     else (f"the provider returned {type(result).__name__}, not a result")
                 )
                 _unknown(run, token, key, reason)
+            run.release_if_ended()
+        run.chained = chained
     except ChainBroken as exc:
         _chain_broken(run, token, exc)
 
@@ -410,6 +501,7 @@ def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) 
         run.active.pop(token.pk, None)
         run.incident(token, "step_failed", message)
         run.flush(Router(run), status=InstanceStatus.FAILED, reason=message)
+        run.release_if_ended()
 
 
 def _chain_broken(run, token, exc: ChainBroken) -> None:
@@ -428,5 +520,12 @@ def settle_from_operation(run, token, operation) -> None:
     )
 
 
-__all__ = ["SUBJECT_TYPE", "StepRejected", "run_token", "settle_from_operation", "subject_of"]
+__all__ = [
+    "SUBJECT_TYPE",
+    "StepRejected",
+    "run_chained",
+    "run_token",
+    "settle_from_operation",
+    "subject_of",
+]
 _ = Now
