@@ -81,6 +81,18 @@ def canonical_bytes(value: Any) -> bytes:
     ).encode("utf-8")
 
 
+def canonical_bytes_of_parsed(value: Any) -> bytes:
+    """:func:`canonical_bytes` of a value that ``json.loads`` returned, without the walk.
+
+    Such a value holds only JSON types with string keys, so the only things left to refuse
+    are the ones ``json.loads`` lets through: NaN and infinity (``allow_nan=False`` raises)
+    and lone surrogates (encoding raises). Raises :class:`ValueError` for those.
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
 def fingerprint(kind: FingerprintKind, data: bytes) -> str:
     """Return the hex BLAKE3 fingerprint of ``data`` in the domain ``kind``."""
     hasher = blake3(_PREFIX[kind])

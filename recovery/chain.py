@@ -18,7 +18,7 @@ from typing import Any
 from blake3 import blake3
 from django.db import IntegrityError, connection
 
-from .canonical import FingerprintKind, canonical_bytes, fingerprint
+from .canonical import FingerprintKind, canonical_bytes, canonical_bytes_of_parsed, fingerprint
 from .db import GENESIS_LINK, dialect
 from .errors import ChainConflict, RevisionRollback
 from .keys import chain_keys
@@ -166,8 +166,8 @@ def _replay(
         fact_bytes = fact.encode()
         try:
             parsed = json.loads(fact)
-            canonical = canonical_bytes(parsed) == fact_bytes
-        except ValueError:
+            canonical = canonical_bytes_of_parsed(parsed) == fact_bytes
+        except ValueError:  # also UnicodeEncodeError: a lone surrogate
             canonical = False
         if not canonical or not isinstance(parsed, dict):
             return broken(seq, f"checkpoint #{seq}'s fact is not canonical JSON")

@@ -288,3 +288,29 @@ def test_chain_links_hash_exactly_the_canonical_bytes_of_their_parts():
         parts = [subject.type, subject.id, seq, kind, "ab" * 32, "0" * 64]
         expected = blake3(canonical_bytes(parts), key=key).hexdigest()
         assert compute_link(key, subject, seq, kind, "ab" * 32, "0" * 64) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"b":1,"a":[1.5,true,null,"x"]}',
+        '{"a":{"z":"ünï","y":-0.0,"x":12345678901234567890}}',
+        '["\\ud83d\\ude00",{"k":"v"}]',
+        '{"a":NaN}',
+        '{"a":Infinity}',
+        '["\\ud800"]',
+        "[1e400]",
+    ],
+)
+def test_the_parsed_fast_path_agrees_with_canonical_bytes(text):
+    """Chain replay checks facts with canonical_bytes_of_parsed: same bytes, same refusals."""
+    from recovery.canonical import canonical_bytes_of_parsed
+
+    parsed = json.loads(text)
+    try:
+        expected = canonical_bytes(parsed)
+    except CanonicalError:
+        with pytest.raises(ValueError):
+            canonical_bytes_of_parsed(parsed)
+    else:
+        assert canonical_bytes_of_parsed(parsed) == expected

@@ -106,6 +106,24 @@ def _spec(fingerprint: str, body: str) -> Spec:
     return parse_definition(json.loads(body))
 
 
+def definition_pinned(definition_id: int, fingerprint: str) -> Definition:
+    """The published definition an instance pins, cached (a published row never changes).
+
+    Cached by id and fingerprint together, so a row that is not the pinned version (a
+    test database reusing ids) is read again, not served from the cache.
+    """
+    definition = _definition(definition_id, fingerprint)
+    if definition.fingerprint != fingerprint:
+        _definition.cache_clear()
+        definition = Definition.objects.get(pk=definition_id)
+    return definition
+
+
+@functools.lru_cache(maxsize=256)
+def _definition(definition_id: int, fingerprint: str) -> Definition:
+    return Definition.objects.get(pk=definition_id)
+
+
 def spec_of(definition: Definition) -> Spec:
     """The parsed structure of a published definition (cached by fingerprint)."""
     return _spec(definition.fingerprint, definition.document)

@@ -9,11 +9,14 @@ The protocol (invariants I1-I10), at its one home:
    ``outcome_unknown``. Nobody else can be mid-step: their fence is stale.
 3. Each ready token runs one step. Every write is conditional on the fence; a stale
    holder's write changes nothing and raises ``StaleFence``, which ends the run.
-4. A non-atomic step is two commits: (a) token ``executing`` + ledger operation
+4. A non-atomic step is two transactions: (a) token ``executing`` + ledger operation
    ``dispatched`` — the dispatch boundary — then the provider call outside any
-   transaction; (b) the observation + token completion + next tokens + variables.
+   transaction; (b) the observation + token completion + next tokens + variables. When
+   the next step is a plain non-atomic action, its (a) joins the previous step's (b)
+   (``steps.dispatch_next``), so a chain of steps costs one commit per step.
 5. An atomic step is one commit: the provider's writes share the engine's transaction.
-6. The lease is renewed between steps and released at the end.
+6. The lease is renewed between steps, and released in the commit that ends the
+   instance or at the end of the run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -53,7 +56,7 @@ from recovery.models import Operation
 
 from ..definitions import Spec
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
-from .definitions import spec_of, unresolved_reason
+from .definitions import definition_pinned, spec_of, unresolved_reason
 from .routing import ACTIVE, RouteError, Router, derive_status
 
 log = logging.getLogger("govflow.engine")
@@ -275,12 +278,27 @@ class Run:
 
 
 def _load_run(instance_id: int, fence: Fence) -> Run | None:
-    instance = Instance.objects.select_related("definition").filter(pk=instance_id).first()
+    """The instance and its active tokens: two plain queries, the definition cached."""
+    quote = connection.ops.quote_name
+    instance = next(
+        iter(
+            Instance.objects.raw(
+                f"SELECT * FROM {quote(Instance._meta.db_table)} WHERE id = %s", [instance_id]
+            )
+        ),
+        None,
+    )
     if instance is None:
         return None
+    instance.definition = definition_pinned(instance.definition_id, instance.definition_fp)
     spec = spec_of(instance.definition)
     run = Run(instance=instance, spec=spec, fence=fence)
-    for token in Token.objects.filter(instance_id=instance_id, state__in=ACTIVE):
+    states = sorted(str(state) for state in ACTIVE)
+    for token in Token.objects.raw(
+        f"SELECT * FROM {quote(Token._meta.db_table)} "
+        f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in states)})",
+        [instance_id, *states],
+    ):
         run.active[token.pk] = token
     return run
 
