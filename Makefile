@@ -17,7 +17,7 @@ run: $(STAMP)  ## migrate SQLite, create demo logins, start the web server and a
 test: $(STAMP)  ## the whole suite on SQLite and on PostgreSQL (started here if needed)
 	$(PY) scripts/test_all.py $(ARGS)
 
-bench: $(STAMP)  ## benchmarks on a durable PostgreSQL server; prints figures
+bench: $(STAMP)  ## ledger and engine-vs-DBOS benchmarks on one durable PostgreSQL server (ARGS=--quick: short)
 	$(PY) bench/run.py $(ARGS)
 
 lint: $(STAMP)

@@ -1,5 +1,6 @@
 """GovFlow's engine against DBOS Transact on one durable PostgreSQL server.
 
+    make bench                        # runs this after the ledger benchmark (bench/run.py)
     .venv/bin/python bench/engine_vs_dbos.py [--quick] [--n N] [--recovery-n N] [--timers N]
 
 Measures, in one run: steps/s of 5-step no-op workflows with 1 and 2 worker processes
@@ -8,10 +9,11 @@ and SQL statements per GovFlow step, the time to settle 1,000 in-flight workflow
 SIGKILL of every worker, and the fire lag of 10,000 GovFlow timers due at one instant.
 Prints the figures side by side and the targets, met or not. Exits 0 whether or not the
 targets are met, non-zero if the benchmark itself fails. Every process group it started
-and the throwaway server are stopped at the end, also on error or Ctrl-C.
+and a throwaway server it started are stopped at the end, also on error or Ctrl-C.
 
-DBOS is installed only into ``bench/.venv-dbos`` (created on first use). ``DATABASE_URL``
-(PostgreSQL, user with CREATEDB) replaces the throwaway server.
+DBOS is installed only into ``bench/.venv-dbos`` (created on first use). The server is
+chosen by :func:`bench.pgserver.postgres_server`: ``make bench``'s, ``DATABASE_URL``
+(PostgreSQL, user with CREATEDB), or a throwaway one started here.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ os.environ["GOVFLOW_LOG_LEVEL"] = "WARNING"
 
 from bench.engine import dbos_side, procs, report, scenarios  # noqa: E402
 from bench.engine import govflow_side as gf  # noqa: E402
-from bench.engine.server import postgres_server  # noqa: E402
+from bench.pgserver import BenchSetupError, postgres_server  # noqa: E402
+from bench.report import save_targets  # noqa: E402
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run (about 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about 2.5 minutes)")
     parser.add_argument("--n", type=int, help="workflows per throughput run (default 500)")
     parser.add_argument("--recovery-n", type=int, help="workflows in flight (default 1000)")
     parser.add_argument("--timers", type=int, help="timers due at once (default 10000)")
@@ -54,6 +57,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--dbos-concurrency", type=int, default=10)
     parser.add_argument("--dbos-poll", type=float, default=0.05)
+    parser.add_argument(
+        "--targets-json", metavar="PATH", help="also write the targets to PATH (for bench/run.py)"
+    )
     return parser.parse_args(argv)
 
 
@@ -140,7 +146,7 @@ def run(args: argparse.Namespace) -> dict:
     say(f"DBOS environment (bench/.venv-dbos); logs in {log_dir}")
     dbos_version = dbos_side.ensure_venv(log_dir / "dbos-venv.log")
     results: dict = {"log_dir": str(log_dir), "throughput_n": cfg.throughput_n}
-    with postgres_server() as server:
+    with postgres_server(statements=True) as server:
         try:
             say(f"server: {server.origin}; migrating GovFlow's template database")
             gf.setup_django(server, "gf_template", log_dir)
@@ -189,10 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         procs.kill_all()
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0
+        if isinstance(exc, BenchSetupError):
+            print(f"\nThe engine benchmark could not set itself up: {exc}", file=sys.stderr)
+            return 2
         traceback.print_exc()
         print(f"\nThe benchmark failed: {exc}", file=sys.stderr)
         return 1
     report.print_report(results)
+    if args.targets_json:
+        save_targets(args.targets_json, report.evaluate(results))
     return 0
 
 

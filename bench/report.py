@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 
 
 def say(text: str = "") -> None:
@@ -31,12 +32,29 @@ class Target:
     figure: str
     value: str
     target: str
-    met: bool
+    met: bool | None
+    """None: no figure to judge (counted as not met)."""
+
+    @property
+    def status(self) -> str:
+        return "MET" if self.met else "NOT MET"
+
+
+def save_targets(path: str, targets: Iterable[Target | Sequence]) -> None:
+    """Write targets (``Target`` or (figure, value, target, met)) as JSON for bench/run.py."""
+    rows = [asdict(t) if isinstance(t, Target) else asdict(Target(*t)) for t in targets]
+    with open(path, "w") as out:
+        json.dump(rows, out)
+
+
+def load_targets(path: str) -> list[Target]:
+    with open(path) as src:
+        return [Target(**row) for row in json.load(src)]
 
 
 def verdicts(targets: Sequence[Target], notes: Sequence[Sequence[str]]) -> str:
     """The results table (targets, then reference rows) and the one-line summary."""
-    rows = [(t.figure, t.value, t.target, "met" if t.met else "NOT MET") for t in targets]
+    rows = [(t.figure, t.value, t.target, t.status) for t in targets]
     rows += [tuple(note) for note in notes]
     missed = [t for t in targets if not t.met]
     if missed:

@@ -1,318 +1,181 @@
-"""Benchmark one non-atomic ledger lifecycle on a durable PostgreSQL server (``make bench``).
+"""``make bench``: both benchmarks in one run, on one durable PostgreSQL server.
 
-A lifecycle is ``operation_record`` (the dispatch-boundary commit) followed by
-``operation_observe(state="succeeded")`` (terminal state and checkpoint, after verifying
-the subject's chain). The benchmark starts a throwaway durable server unless
-``DATABASE_URL`` is set, creates and migrates a fresh database, prints throughput, SQL
-statements and commits per lifecycle against their targets, a raw-psycopg baseline and
-where the time goes, then drops the database and stops the server. The timed variants run
-in interleaved rounds (``variants.py``), so load from other processes on a shared machine
-weighs on all of them alike.
+    make bench                                    # full run
+    make bench ARGS=--quick                       # a short run of both
+    make bench ARGS="--only engine"               # one of them: ledger or engine
+    make bench ARGS="--ledger-args='--lifecycles 5000' --engine-args='--n 1000'"
 
-It exits 0 when it ran, whether or not the targets were met (benchmarks report, tests
-assert), and non-zero when the benchmark itself failed.
+1. ``bench/ledger.py``: one non-atomic ledger lifecycle (record, then a verified success):
+   lifecycles/s, statements and commits per lifecycle.
+2. ``bench/engine_vs_dbos.py``: GovFlow's engine (real ``manage.py qcluster`` workers)
+   against DBOS Transact (installed only into ``bench/.venv-dbos``, created on first use):
+   steps/s, commits per step, recovery after SIGKILL, timer fire lag.
 
-Settings: ``govflow.settings.test``: DEBUG off (no query log), the database options
-production gets from ``DATABASE_URL`` (``database_from_env``) and fixed chain keys (the
-keyed BLAKE3 chain costs the same with any key). ``govflow.settings.prod`` would demand
-deployment secrets and hosts a benchmark has no use for.
+Both run on the same server: a throwaway durable one (``scripts/pg-server start DIR
+durable``, see ``pgserver.py``) started here and stopped at the end, also on error or
+Ctrl-C, unless ``DATABASE_URL`` names one. Each benchmark runs in a process of its own (each
+sets Django up with its own settings), the ledger first: the engine benchmark then
+restarts the server with ``pg_stat_statements`` preloaded, which the ledger's figures are
+taken without. Each prints its own report; at the end one Targets table lists both.
+
+Exit status: 0 when every benchmark ran, whether or not its targets were met (benchmarks
+report, tests assert); 1 when a benchmark itself failed; 2 when there was no server.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shutil
+import shlex
 import signal
+import subprocess
 import sys
 import tempfile
-import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 
-from pgserver import BenchSetupError, Server, postgres_server
-from report import Target, say, verdicts
-from sections import load, show_baseline, show_experiment, show_instrumented, show_main
+from pgserver import BenchSetupError, postgres_server, shared_env
+from report import Target, load_targets, say, table
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = "govflow.settings.test"
-TARGET_RATE = 600.0
-TARGET_STATEMENTS = 8
-TARGET_COMMITS = 2
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    script: str
+    title: str
+
+
+PARTS = (
+    Part("ledger", "bench/ledger.py", "ledger lifecycle on PostgreSQL"),
+    Part("engine", "bench/engine_vs_dbos.py", "GovFlow engine vs DBOS Transact"),
+)
+
+
+@dataclass
+class Outcome:
+    part: Part
+    status: int
+    seconds: float
+    targets: list[Target]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="make bench ARGS=…", description=__doc__.split("\n")[0])
-    parser.add_argument("--lifecycles", type=int, default=3000, help="per timed run (3000)")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs; the median is kept (3)")
-    parser.add_argument("--steps", type=int, default=5, help="operations per instance (5)")
-    parser.add_argument(
-        "--reference", type=int, default=1000, help="per run of the baseline and experiment (1000)"
-    )
-    parser.add_argument("--warmup", type=int, default=300, help="warm-up lifecycles (300)")
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="also profile one run of --reference lifecycles with cProfile",
+    parser = argparse.ArgumentParser(
+        prog="make bench ARGS=…",
+        description="Both benchmarks in one run, on one durable PostgreSQL server.",
     )
     parser.add_argument(
-        "--no-experiment",
-        action="store_true",
-        help="skip the Django server-side-binding experiment",
+        "--quick", action="store_true", help="a short run of each benchmark (3-4 minutes)"
     )
-    args = parser.parse_args(argv)
-    if (
-        min(args.lifecycles, args.reference) < args.steps
-        or args.runs < 1
-        or args.steps < 1
-        or args.warmup < 0
-    ):
-        parser.error(
-            "need --lifecycles and --reference >= --steps >= 1, --runs >= 1 and --warmup >= 0"
-        )
-    return args
-
-
-def show_setup(args: argparse.Namespace, server: Server, db_name: str) -> None:
-    import django
-    import psycopg
-    import workload
-    from django.conf import settings
-
-    pg = workload.server_settings()
-    if int(pg["server_version_num"]) < 150000:
-        raise BenchSetupError(
-            f"PostgreSQL {pg['server_version']} is too old: counting commits at the database "
-            "needs pg_stat_force_next_flush() (PostgreSQL 15+)."
-        )
-    db = settings.DATABASES["default"]
-    n, steps = args.lifecycles, args.steps
-    say("Setup")
-    for name, value in (
-        ("server", server.origin),
-        ("version", pg["version"]),
-        (
-            "durability",
-            f"fsync={pg['fsync']}  synchronous_commit={pg['synchronous_commit']}  "
-            f"wal_sync_method={pg['wal_sync_method']}  "
-            f"full_page_writes={pg['full_page_writes']}  "
-            f"commit_delay={pg['commit_delay']}",
-        ),
-        (
-            "database",
-            f"{db_name}: created, migrated and VACUUM ANALYZEd by this run; dropped at its end",
-        ),
-        (
-            "settings",
-            f"{SETTINGS}: DEBUG={settings.DEBUG}, CONN_MAX_AGE={db['CONN_MAX_AGE']}, "
-            f"OPTIONS={db.get('OPTIONS', {})}",
-        ),
-        (
-            "client",
-            f"Python {platform.python_version()}, Django {django.get_version()}, "
-            f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__}, libpq "
-            f"{psycopg.pq.version()}), {os.cpu_count()} CPUs, load average {load()}",
-        ),
-        (
-            "workload",
-            f"instances of {steps} steps: each subject (workflow instance) gets "
-            f"{steps} operations, run back to back",
-        ),
-        (
-            "",
-            f"(chains of 1-{2 * steps} checkpoints); one lease per instance, ttl 1 h, "
-            "acquired before timing",
-        ),
-        (
-            "",
-            "and not counted; arguments and input fingerprints made before timing; result "
-            "fingerprint,",
-        ),
-        ("", "operation key, facts, links and the chain verification happen inside"),
-        (
-            "runs",
-            f"warm-up {args.warmup:,} lifecycles, then {args.runs} timed runs of {n:,} "
-            f"lifecycles ({-(-n // steps):,} instances each), one process; median kept",
-        ),
-        ("", f"baseline and experiment: {args.runs} runs of {args.reference:,} lifecycles each"),
-    ):
-        say(f"  {name:<11}{value}")
-    if os.getloadavg()[0] > 0.5:
-        say(
-            "  WARNING    the machine is busy (1-minute load average above 0.5): throughput "
-            "may read low"
-        )
-    say()
-
-
-def show_statements(log: list, wire) -> None:
-    say("One lifecycle: every statement connection.execute_wrapper saw (nothing excluded)")
-    say("  tx 1  operation_record(state='dispatched'): the dispatch boundary")
-    number, tx = 0, 1
-    for kind, item in log:
-        if kind == "commit":
-            say(
-                "        COMMIT: Django calls the driver's commit(), not a statement the wrapper "
-                "sees"
-            )
-            tx += 1
-            if tx == 2:
-                say(
-                    "  tx 2  operation_observe(state='succeeded', result=…): verifies the chain "
-                    "first"
-                )
-            continue
-        number += 1
-        text = " ".join(item[0].split())
-        say(f"    {number}   {text[:90]}{'…' if len(text) > 90 else ''}")
-    say(
-        f"  on the wire (libpq trace of {wire.lifecycles} lifecycles): "
-        f"{wire.round_trips / wire.lifecycles:.1f} round trips per lifecycle "
-        f"= statements + {wire.begins / wire.lifecycles:.1f} BEGIN "
-        f"+ {wire.commits / wire.lifecycles:.1f} COMMIT"
+    parser.add_argument(
+        "--only", choices=[p.name for p in PARTS], help="run one benchmark only (default: both)"
     )
-    say()
+    parser.add_argument(
+        "--ledger-args",
+        default="",
+        metavar="ARGS",
+        help="more options for bench/ledger.py, e.g. '--lifecycles 5000 --profile'",
+    )
+    parser.add_argument(
+        "--engine-args",
+        default="",
+        metavar="ARGS",
+        help="more options for bench/engine_vs_dbos.py, e.g. '--n 1000 --timers 20000'",
+    )
+    return parser.parse_args(argv)
 
 
-def bench(args: argparse.Namespace, server: Server, db_name: str) -> None:
-    import baseline
-    import workload
+class Child:
+    """The benchmark process running now, so SIGTERM can stop it before the server."""
 
-    n, steps = args.lifecycles, args.steps
-    args.local = server.local
-    show_setup(args, server, db_name)
-    workload.vacuum_analyze()  # so autovacuum's first pass over the new database is not timed
-    if args.warmup:
-        workload.run(workload.plan("warm", args.warmup, steps))
-    first = workload.plan("trace", 1, steps)
-    with workload.instrumented(log=True) as traced:
-        workload.run(first)
-    sql, captured = baseline.statements(traced.log)
-    sample = workload.plan("wire", 10 * steps, steps)
-    show_statements(traced.log, workload.wire_trace(lambda: workload.run(sample), len(sample)))
+    proc: subprocess.Popen | None = None
 
-    counted = show_instrumented(min(n, 1000), steps, server.local)
 
-    from django.db import connection
-    from variants import baseline_variants, django_variant, run_rounds
+def run_part(part: Part, args: list[str], env: dict[str, str], scratch: str) -> Outcome:
+    targets_path = os.path.join(scratch, f"{part.name}-targets.json")
+    started = perf_counter()
+    Child.proc = subprocess.Popen(
+        [sys.executable, str(ROOT / part.script), *args, "--targets-json", targets_path],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        status = Child.proc.wait()
+    finally:  # interrupted: let the benchmark stop its own workers, then stop the server
+        if Child.proc.poll() is None:
+            Child.proc.terminate()
+            try:
+                Child.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                Child.proc.kill()
+                Child.proc.wait()
+        Child.proc = None
+    seconds = perf_counter() - started
+    targets = load_targets(targets_path) if status == 0 and os.path.exists(targets_path) else []
+    return Outcome(part, status, seconds, targets)
 
-    configured = dict(connection.settings_dict["OPTIONS"])
-    django = django_variant(args)
-    with baseline_variants(args, sql, captured) as raw:
-        variants = [django, *raw]
-        if not args.no_experiment:
-            variants.append(django_variant(args, experiment=True))
-        say(
-            f"Timed rounds: each round runs every variant once, in this order: "
-            f"{', '.join(v.tag for v in variants)}"
-        )
-        say("(interleaved, so a change in the machine's load weighs on all of them alike)")
-        run_rounds(variants, args.runs)
-    say()
-    show_main(django, steps)
-    medians = show_baseline(raw)
-    experiment = None if args.no_experiment else show_experiment(variants[-1], configured)
-    if args.profile:
-        from profiling import profile
 
-        workload.run(workload.plan("profwarm", max(steps, min(args.warmup, 100)), steps))
-        work = workload.plan("prof", args.reference, steps)
-        say("Where the time goes (cProfile)")
-        say(profile(lambda: workload.run(work), len(work)))
-        say()
-
-    summary = django.summary()
-    rate, commits = summary["median"], summary["commits"]
-    targets = [
-        Target(
-            "lifecycles/s, one process (median)",
-            f"{rate:,.0f}",
-            f">= {TARGET_RATE:,.0f}",
-            rate >= TARGET_RATE,
-        ),
-        Target(
-            "SQL statements per lifecycle",
-            f"{counted['statements']:.2f}",
-            f"<= {TARGET_STATEMENTS}",
-            counted["statements"] <= TARGET_STATEMENTS,
-        ),
-        Target(
-            "commits per lifecycle (pg_stat_database)",
-            f"{commits:.3f}",
-            f"= {TARGET_COMMITS}",
-            round(commits, 2) == TARGET_COMMITS,
-        ),
+def show_targets(outcomes: list[Outcome], total: float) -> None:
+    say("=" * 100)
+    say("Targets (make bench: every benchmark of this run)")
+    rows = [
+        (o.part.name, t.figure, t.value, t.target, t.status) for o in outcomes for t in o.targets
     ]
-    agree = round(counted["client"], 2) == round(commits, 2)
-    notes = [
-        (
-            "  cross-check: COMMITs counted by the client",
-            f"{counted['client']:.3f}",
-            "= db figure",
-            "agrees" if agree else "DISAGREES",
-        ),
-        (
-            "reference: raw psycopg, same statements",
-            f"{medians['raw']:,.0f}",
-            "",
-            f"Django + recovery reach {rate / medians['raw']:.0%} of it",
-        ),
-    ]
-    if experiment is not None:
-        notes.append(
-            (
-                "experiment: Django, server_side_binding",
-                f"{experiment:,.0f}",
-                "",
-                f"{experiment / rate - 1:+.0%} vs configured settings",
-            )
-        )
-    say(f"Results (load average now {load()})")
-    say(verdicts(targets, notes))
+    if rows:
+        say(table(("benchmark", "figure", "value", "target", "status"), rows, set()))
+    targets = [t for o in outcomes for t in o.targets]
+    met = sum(1 for t in targets if t.met)
+    say()
+    for o in outcomes:
+        if o.status != 0:
+            say(f"  {o.part.name}: the benchmark FAILED (exit status {o.status}); no targets")
+    say(f"SUMMARY: {met} of {len(targets)} targets met.")
+    times = ", ".join(f"{o.part.name} {o.seconds:.0f} s" for o in outcomes)
+    say(f"(make bench took {total:.0f} s: {times}, the rest starting and stopping the server)")
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the server
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)  # unwinds: the running benchmark, then the server
+
+    signal.signal(signal.SIGTERM, stop)
+    parts = [p for p in PARTS if args.only in (None, p.name)]
+    extra = {"ledger": shlex.split(args.ledger_args), "engine": shlex.split(args.engine_args)}
+    quick = ["--quick"] if args.quick else []
     started = perf_counter()
-    say("GovFlow benchmark: one non-atomic ledger lifecycle on PostgreSQL")
-    say("(operation_record 'dispatched' -> operation_observe 'succeeded')")
-    say()
+    outcomes: list[Outcome] = []
+    say(
+        f"make bench: {' then '.join(p.name for p in parts)}"
+        f"{' (--quick)' if args.quick else ''}, on one durable PostgreSQL server"
+    )
     try:
-        with postgres_server() as server:
-            os.environ["DATABASE_URL"] = server.url
-            os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-            sys.path.insert(1, str(ROOT))  # as pytest's rootdir: the test settings load tests/
-            import django
-
-            django.setup()
-            from django.conf import settings
-            from django.db import connection
-
-            original = connection.settings_dict["NAME"]
-            connection.settings_dict["TEST"]["NAME"] = f"govflow_bench_{os.getpid()}"
-            db_name = connection.creation.create_test_db(
-                verbosity=0, autoclobber=True, serialize=False
-            )
-            try:
-                bench(args, server, db_name)
-            finally:
-                connection.creation.destroy_test_db(original, verbosity=0)
-                evidence = str(getattr(settings, "EVIDENCE_ROOT", ""))
-                if os.path.basename(evidence).startswith(
-                    "govflow-evidence-"
-                ) and evidence.startswith(tempfile.gettempdir()):
-                    shutil.rmtree(evidence, ignore_errors=True)
+        with (
+            postgres_server() as server,
+            tempfile.TemporaryDirectory(prefix="govflow-bench-run-") as scratch,
+        ):
+            say(f"server: {server.origin}")
+            env = shared_env(server)
+            for number, part in enumerate(parts, 1):
+                say()
+                say("=" * 100)
+                say(f"make bench {number}/{len(parts)}: {part.title} ({part.script})")
+                say("=" * 100)
+                outcomes.append(run_part(part, [*quick, *extra[part.name]], env, scratch))
     except BenchSetupError as exc:
-        say(f"\nThe benchmark could not set itself up: {exc}")
+        say(f"\nmake bench could not set itself up: {exc}")
         return 2
-    except Exception:
-        traceback.print_exc()
-        say("\nThe benchmark itself failed (traceback above): no figure above is valid.")
-        return 1
-    say(f"(the benchmark took {perf_counter() - started:.0f} s)")
-    return 0
+    except KeyboardInterrupt:
+        say("\nmake bench was interrupted; the server is stopped.")
+        return 130
+    say()
+    show_targets(outcomes, perf_counter() - started)
+    failed = [o for o in outcomes if o.status != 0]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import psycopg
 
+from bench.pgserver import ROOT
+
 from .procs import Group, WorkerDied
-from .server import ROOT
 
 VENV = ROOT / "bench" / ".venv-dbos"
 PYTHON = VENV / "bin" / "python"

@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.pgserver import ROOT, Server
+
 from .procs import Group, WorkerDied, cpu_seconds, pids_cpu, wait_until
-from .server import ROOT, Server
 
 SETTINGS = "bench.engine.settings"
 STEPS = 5

@@ -12,11 +12,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.pgserver import Server
+
 from . import dbos_side as dbos
 from . import govflow_db as gdb
 from . import govflow_side as gf
+from .counters import Counters, counters, top_statements
 from .procs import pids_cpu, wait_until
-from .server import Counters, Server, counters, top_statements
 
 SETTLE_TIMEOUT = 900
 TIMER_WATCH = 20.0

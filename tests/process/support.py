@@ -3,7 +3,8 @@
 A cluster runs in its own session, so its main process, sentinel, pusher, monitor and
 workers share one process group, and the test stops all of them at once with
 ``os.killpg(pgid, SIGKILL)``: killing only the main process can leave the sentinel
-running, and killing one idle worker can wedge the cluster (DESIGN.md §7).
+running, and killing one idle worker can wedge the cluster (DESIGN.md §7). Starting and
+killing the group is :mod:`scripts.procgroup`, shared with the engine benchmark.
 
 The test process and every cluster share the pytest-django test database; the test
 polls that database (with timeouts) to see what the workers did.
@@ -11,10 +12,6 @@ polls that database (with timeouts) to see what the workers did.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +21,8 @@ from urllib.parse import quote
 
 from django.db import connection
 from django.db.models.functions import Now
+
+from scripts.procgroup import ProcessGroup
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SWEEPER_LEASE = "govflow:sweeper"
@@ -80,49 +79,21 @@ def wait_for(
         time.sleep(interval)
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, process group) of a live process, from /proc; None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[2])
-
-
-def group_pids(pgid: int) -> set[int]:
-    """Processes of group ``pgid`` that are still running (zombies do not count)."""
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat and stat[1] == pgid and stat[0] != "Z":
-                pids.add(int(entry))
-    return pids
-
-
-class Cluster:
+class Cluster(ProcessGroup):
     """One ``manage.py qcluster`` process group."""
 
     running: ClassVar[list[Cluster]] = []
 
     def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.env = env
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115  (closed in kill())
-        self.proc = subprocess.Popen(
+        super().__init__(
+            name,
             [sys.executable, str(BASE_DIR / "manage.py"), "qcluster"],
-            cwd=BASE_DIR,
             env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            cwd=BASE_DIR,
+            log=log_path,
         )
-        self.pgid = self.proc.pid  # a session leader's pid is its group id
+        self.env = env
         self.started = time.monotonic()
-        self.killed = False
         Cluster.running.append(self)
 
     @classmethod
@@ -137,29 +108,19 @@ class Cluster:
                     f"{code}):\n{cluster.log_tail()}"
                 )
 
-    def pids(self) -> set[int]:
-        return group_pids(self.pgid)
-
     def alive(self) -> bool:
         return not self.killed and self.proc.poll() is None
 
     def kill(self, timeout: float = 15) -> None:
         """SIGKILL the whole process group and wait until every member is gone."""
-        if self.killed:
-            return
-        self.killed = True
         if self in Cluster.running:
             Cluster.running.remove(self)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pgid, signal.SIGKILL)
-        self.proc.wait(timeout=timeout)
-        wait_for(
-            lambda: not self.pids(),
-            timeout=timeout,
-            check_clusters=False,
-            what=f"every process of cluster {self.name} to exit",
-        )
-        self._log.close()
+        left = super().kill(timeout)
+        if left:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for every process of cluster "
+                f"{self.name} to exit (still running: {sorted(left)})"
+            )
 
     def tasks_processed(self, func: str) -> int:
         """How many tasks running ``func`` this cluster's workers picked up (from its log)."""
@@ -167,11 +128,7 @@ class Cluster:
         return sum(1 for line in text.splitlines() if "processing" in line and f"'{func}'" in line)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text[-lines:])
+        return self.tail(lines)
 
 
 def sweeper_pid() -> int | None:
