@@ -8,10 +8,7 @@ class EngineConfig(AppConfig):
     verbose_name = "Workflow engine"
 
     def ready(self) -> None:
-        from django_q.signals import post_spawn
-
         from . import checks  # noqa: F401  (registers the system checks)
-        from .signals import ensure_sweep_schedule, sweep_on_worker_start
+        from .signals import ensure_sweep_schedule
 
         post_migrate.connect(ensure_sweep_schedule, sender=self)
-        post_spawn.connect(sweep_on_worker_start, dispatch_uid="govflow-sweep-on-start")

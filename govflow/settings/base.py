@@ -27,9 +27,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "django_q",
     "recovery",
+    # Before django_q: the engine's qcluster command (the sweeper in the cluster's main
+    # process, ADR 0005) overrides django-q2's.
     "govflow.engine",
+    "django_q",
 ]
 
 MIDDLEWARE = [

@@ -283,7 +283,7 @@ def test_chain_links_hash_exactly_the_canonical_bytes_of_their_parts():
     key = bytes(range(32))
     for subject, seq, kind in (
         (Subject("govflow.instance", "42"), 1, "operation.recorded"),
-        (Subject("t", "ünïcode \"quoted\" \\ id"), 12345678901, "k/ä"),
+        (Subject("t", 'ünïcode "quoted" \\ id'), 12345678901, "k/ä"),
     ):
         parts = [subject.type, subject.id, seq, kind, "ab" * 32, "0" * 64]
         expected = blake3(canonical_bytes(parts), key=key).hexdigest()

@@ -1,26 +1,33 @@
 """The sweep: fires due timers, re-enqueues stuck work, retries buffered messages.
 
-One sweeper runs at a time, proven by the ``govflow:sweeper`` lease. It loops for most of
-a django-q2 task's timeout, then enqueues its successor; a django-q2 schedule (every
-minute, ``catch_up`` off) and every worker start enqueue one too, so a killed sweeper is
-replaced within a lease period. Timers are rows, so nothing needs re-arming after a
-restart: a timer that fell due while everything was down fires on the first pass.
+One sweeper runs at a time, proven by the ``govflow:sweeper`` lease (:class:`Sweeper`).
+Every ``qcluster`` started through GovFlow's command runs one in its main process
+(``govflow/engine/cluster.py``, ADR 0005): the one that holds the lease sweeps, the others
+stand by and take over once it expires. The django-q2 task ``govflow.engine.tasks.sweep``
+runs the same loop for a while and is the fallback for clusters started otherwise (a
+schedule enqueues it every minute; it leaves at once while a live sweeper renews).
+Timers are rows, so nothing needs re-arming after a restart: a timer that fell due while
+everything was down fires on the first pass.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 
 from django.conf import settings
-from django.db.models import CharField, Exists, F, OuterRef, Q, Value
+from django.db import connection
+from django.db.models import BooleanField, CharField, Exists, F, OuterRef, Q, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Concat, Now
 
 from recovery.api import (
     Fence,
     LeaseHeld,
     StaleFence,
+    fence_condition,
     fenced_update,
     lease_acquire,
     lease_release_if_held,
@@ -42,47 +49,133 @@ def _setting(name: str, default: float) -> float:
     return float(getattr(settings, name, default))
 
 
-def timers_fire(*, fence: Fence, limit: int = 1000) -> int:
-    """Fire up to ``limit`` due timers (database clock) in one fenced commit."""
+def timer_batch() -> int:
+    """Timers fired (and instances enqueued) in one commit; a full batch is followed at
+    once by the next."""
+    return int(_setting("GOVFLOW_SWEEP_TIMER_BATCH", 2000))
+
+
+def _require_live(fence: Fence, doing: str) -> None:
+    sql, params = fence_condition(fence)
+    if not Lease.objects.filter(RawSQL(sql, params, output_field=BooleanField())).exists():
+        raise StaleFence(
+            f"Cannot {doing}: {fence} is no longer the live lease (it expired or a newer "
+            "holder took over). Nothing was changed; the current holder carries on."
+        )
+
+
+def _fire_postgresql(fence: Fence, limit: int) -> list[int]:
+    """Fire due timers and ready their tokens in one statement; return their instances."""
+    sql, params = fire_statement(fence, limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
+    """The PostgreSQL statement that fires up to ``limit`` due timers, as ``(sql, params)``.
+
+    - ``due`` locks the earliest due timers. ``SKIP LOCKED`` passes over a timer whose row
+      another transaction holds (an operator cancelling its instance): the next pass
+      fires it. A locked row was re-checked by the lock, so it is still scheduled and due.
+    - ``fired`` updates them with the fence condition inside the UPDATE: a stale sweeper's
+      statement changes nothing at all.
+    - ``ready`` makes their tokens ready. Both UPDATEs find their rows by primary key only
+      (``= ANY(ARRAY(…))``): with a join, or a condition on the token's state, the planner
+      may scan every waiting token against the batch when its statistics predate a burst
+      of new timers (seconds for 10,000 timers). A token that no longer waits on its timer
+      (its instance was cancelled) is left as it was by the ``CASE``.
+    """
+    live_sql, live_params = fence_condition(fence)
+    timer, token = Timer._meta.db_table, Token._meta.db_table
+    waits_on_timer = "state = %s AND wait_kind = %s"
+    sql = (
+        f"WITH due AS ("
+        f"  SELECT id FROM {timer} WHERE state = %s AND due_at <= STATEMENT_TIMESTAMP()"
+        f"  ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED"
+        f"), fired AS ("
+        f"  UPDATE {timer} SET state = %s, fire_fence = %s, fired_at = STATEMENT_TIMESTAMP()"
+        f"  WHERE id = ANY(ARRAY(SELECT id FROM due)) AND {live_sql}"
+        f"  RETURNING token_id, instance_id"
+        f"), ready AS ("
+        f"  UPDATE {token} SET"
+        f"    state = CASE WHEN {waits_on_timer} THEN %s ELSE state END,"
+        f"    updated_at = CASE WHEN {waits_on_timer}"
+        f"      THEN STATEMENT_TIMESTAMP() ELSE updated_at END"
+        f"  WHERE id = ANY(ARRAY(SELECT token_id FROM fired))"
+        f") SELECT instance_id FROM fired"
+    )
+    waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
+    params = [
+        "scheduled",
+        limit,
+        "fired",
+        fence.fence,
+        *live_params,
+        *waiting,
+        TokenState.READY.value,
+        *waiting,
+    ]
+    return sql, params
+
+
+def _fire_orm(fence: Fence, limit: int) -> list[int]:
+    """The same on SQLite: ``BEGIN IMMEDIATE`` serialises writers, so the due rows read
+    here are still due when the fenced UPDATE below runs."""
+    due = list(
+        Timer.objects.filter(state="scheduled", due_at__lte=Now())
+        .order_by("due_at")
+        .values_list("pk", "token_id", "instance_id")[:limit]
+    )
+    if not due:
+        return []
+    fenced_update(
+        Timer.objects.filter(pk__in=[d[0] for d in due], state="scheduled"),
+        fence=fence,
+        state="fired",
+        fire_fence=fence.fence,
+        fired_at=Now(),
+    )
+    Token.objects.filter(
+        pk__in=[d[1] for d in due], state=TokenState.WAITING, wait_kind=WaitKind.TIMER
+    ).update(state=TokenState.READY, updated_at=Now())
+    return [d[2] for d in due]
+
+
+def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
+    """Fire up to ``limit`` due timers (database clock) in one fenced commit.
+
+    The timers, their tokens and one queued ``advance`` task per instance commit together;
+    a handful of statements whatever the number. Raises :class:`StaleFence` (changing
+    nothing) when ``fence`` is no longer the sweeper's live lease.
+    """
+    limit = timer_batch() if limit is None else limit
     with step_commit():
-        due = list(
-            Timer.objects.filter(state="scheduled", due_at__lte=Now())
-            .order_by("due_at")
-            .values_list("pk", "token_id", "instance_id")[:limit]
-        )
-        if not due:
+        if connection.vendor == "postgresql":
+            instance_ids = _fire_postgresql(fence, limit)
+        else:
+            instance_ids = _fire_orm(fence, limit)
+        if not instance_ids:
+            _require_live(fence, "fire timers")
             return 0
-        fired = fenced_update(
-            Timer.objects.filter(pk__in=[d[0] for d in due], state="scheduled"),
-            fence=fence,
-            state="fired",
-            fire_fence=fence.fence,
-            fired_at=Now(),
-        )
-        fenced_update(
-            Token.objects.filter(
-                pk__in=[d[1] for d in due],
-                state=TokenState.WAITING,
-                wait_kind=WaitKind.TIMER,
-                timer__state="fired",
-                timer__fire_fence=fence.fence,
-            ),
-            fence=fence,
-            state=TokenState.READY,
-            updated_at=Now(),
-        )
-        enqueue_many(d[2] for d in due)
-    return fired
+        enqueue_many(instance_ids)
+    return len(instance_ids)
 
 
 def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
-    """Enqueue instances with runnable or orphaned work and no live lease."""
+    """Enqueue instances with runnable or orphaned work and no live lease.
+
+    An instance whose lease expired after its last enqueue lost its worker (killed, or
+    stuck past its lease): it is queued on the next pass. Otherwise an instance is queued
+    again only when its last enqueue is older than ``GOVFLOW_REENQUEUE_AFTER`` (its task
+    may still be waiting in the queue) or a retry or poll fell due after it.
+    """
     reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
-    live = Lease.objects.filter(
-        key=Concat(Value("instance:"), Cast(OuterRef("pk"), CharField())),
-        holder__isnull=False,
-        expires_at__gt=Now(),
+    leases = Lease.objects.filter(
+        key=Concat(Value("instance:"), Cast(OuterRef("pk"), CharField())), holder__isnull=False
     )
+    live = leases.filter(expires_at__gt=Now())
+    orphaned = leases.filter(expires_at__lte=Now(), expires_at__gt=OuterRef("enqueued_at"))
     tokens = Token.objects.filter(instance=OuterRef("pk"))
     runnable = tokens.filter(
         Q(state=TokenState.EXECUTING)
@@ -103,6 +196,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
             Q(enqueued_at__isnull=True)
             | Q(enqueued_at__lt=Now() - reenqueue_after)
             | Exists(fell_due)
+            | Exists(orphaned)
         )
         .values_list("pk", flat=True)[:limit]
     )
@@ -140,60 +234,126 @@ def sweep_once(*, fence: Fence) -> dict[str, int]:
     }
 
 
-def _sweeper_renewing(ttl: float, tick: float) -> bool:
+def sweeper_lease_left() -> float | None:
+    """Seconds of database time left on the live sweeper lease; None if nobody holds it."""
     remaining = (
-        Lease.objects.filter(key=SWEEPER, holder__isnull=False)
+        Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
         .annotate(left=F("expires_at") - Now())
         .values_list("left", flat=True)
         .first()
     )
-    if remaining is None:
-        return False
-    return remaining.total_seconds() > ttl - max(2.0, 4 * tick)
+    return None if remaining is None else remaining.total_seconds()
+
+
+class Sweeper:
+    """The sweeper loop, shared by the cluster's sweeper thread and the sweep task.
+
+    1. Take the ``govflow:sweeper`` lease (fence + 1, database time). While another
+       sweeper holds it, a *standby* sweeper waits until that lease runs out and tries
+       again; a non-standby one (the task) leaves at once if the holder is renewing, and
+       otherwise waits at most one lease period for it to expire.
+    2. While holding it, pass after pass: fire due timers (batch after batch without a
+       pause while batches come back full), re-enqueue orphaned and stuck instances, and
+       every ``GOVFLOW_SWEEP_FULL_EVERY`` seconds retry buffered trigger messages; renew
+       the lease after every pass. Each write is fenced, so a sweeper that lost its lease
+       unnoticed changes nothing.
+    3. ``StaleFence`` means another sweeper took over: a standby sweeper goes back to 1,
+       the task leaves.
+    4. At the end (``stop`` set, or ``duration`` passed) it releases the lease, so a
+       standby takes over without waiting for it to expire.
+    """
+
+    def __init__(self, *, stop: threading.Event | None = None, holder: str | None = None):
+        self.stop = stop if stop is not None else threading.Event()
+        self.holder = holder or worker_name()
+        self.ttl = _setting("GOVFLOW_SWEEP_LEASE_TTL", 10)
+        self.tick = _setting("GOVFLOW_SWEEP_TICK", 0.25)
+        self.full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)
+        self.batch = timer_batch()
+        self.stats = {"timers": 0, "requeued": 0, "deliveries": 0, "passes": 0}
+        self.ended = ""
+        """Why :meth:`run` returned: ``stopped``, ``duration``, ``skipped`` or ``lost``."""
+
+    def run(self, *, duration: float | None = None, standby: bool = False) -> dict[str, int]:
+        """Sweep for ``duration`` seconds (at least one pass), or until ``stop`` is set."""
+        deadline = None if duration is None else time.monotonic() + duration
+        while True:
+            fence = self._acquire(standby=standby)
+            if fence is None:
+                self.ended = "stopped" if self.stop.is_set() else "skipped"
+                return self.stats
+            log.info("sweeping as %s", fence)
+            try:
+                self._sweep(fence, deadline)
+                return self.stats
+            except StaleFence:
+                log.warning("the sweeper lost its lease; another sweeper carries on")
+                self.ended = "lost"
+                if not standby:
+                    return self.stats
+            finally:
+                lease_release_if_held(fence=fence)
+
+    def _acquire(self, *, standby: bool) -> Fence | None:
+        poll = min(1.0, self.ttl / 4)
+        give_up = time.monotonic() + self.ttl + 1
+        announced = False
+        while not self.stop.is_set():
+            left = sweeper_lease_left()
+            if left is None:
+                try:
+                    return lease_acquire(key=SWEEPER, holder=self.holder, ttl=self.ttl)
+                except LeaseHeld:
+                    # Another sweeper was quicker: look again at how long it holds.
+                    self.stop.wait(0.01)
+                    continue
+            if not standby:
+                # A live sweeper renews every pass, so its lease has nearly the whole ttl
+                # left: leave at once and keep this worker free. Only a lease that is
+                # running out (its holder was killed or is stuck) is worth waiting for.
+                if left > self.ttl - max(2.0, 4 * self.tick) or time.monotonic() > give_up:
+                    return None
+            elif not announced:
+                log.info("standing by: another sweeper holds the lease")
+                announced = True
+            # Wake up when that lease runs out, to take over as soon as it has expired.
+            self.stop.wait(min(poll, max(left, 0.02)))
+        return None
+
+    def _sweep(self, fence: Fence, deadline: float | None) -> None:
+        last_full = last_requeue = -self.full_every
+        while True:
+            fired = timers_fire(fence=fence, limit=self.batch)
+            self.stats["timers"] += fired
+            # A full batch means more timers are due: fire them first, and look for stuck
+            # work between batches only once a second while the burst lasts.
+            if fired < self.batch or time.monotonic() - last_requeue >= 1.0:
+                self.stats["requeued"] += instances_requeue(fence=fence)
+                last_requeue = time.monotonic()
+                if time.monotonic() - last_full >= self.full_every:
+                    self.stats["deliveries"] += deliveries_retry()
+                    last_full = time.monotonic()
+            self.stats["passes"] += 1
+            lease_renew(fence=fence, ttl=self.ttl)
+            if deadline is not None and time.monotonic() >= deadline:
+                self.ended = "duration"
+                return
+            if self.stop.is_set() or (fired < self.batch and self.stop.wait(self.tick)):
+                self.ended = "stopped"
+                return
 
 
 def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
-    """Run the sweeper for ``duration`` seconds if no other sweeper is alive."""
-    ttl = _setting("GOVFLOW_SWEEP_LEASE_TTL", 10)
-    tick = _setting("GOVFLOW_SWEEP_TICK", 0.25)
-    full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)  # buffered-message retries
+    """The sweep task: sweep ``duration`` seconds if no other sweeper is alive.
+
+    Having swept to the end, it enqueues its successor (``chain``), which keeps a cluster
+    started without GovFlow's ``qcluster`` command sweeping between the schedule's runs.
+    """
     duration = _setting("GOVFLOW_SWEEP_DURATION", 40) if duration is None else duration
-    holder = worker_name()
-    fence = None
-    give_up = time.monotonic() + ttl + 1
-    while fence is None:
-        try:
-            fence = lease_acquire(key=SWEEPER, holder=holder, ttl=ttl)
-        except LeaseHeld:
-            # A live sweeper renews every tick, so its lease always has nearly the whole
-            # ttl left: leave at once and keep this worker free. Only a lease that is
-            # running out (its holder stopped renewing: killed or stuck) is worth waiting
-            # for, so a replacement takes over as soon as it expires.
-            if _sweeper_renewing(ttl, tick) or time.monotonic() > give_up:
-                return {"skipped": "another sweeper is alive"}
-            time.sleep(min(1.0, ttl / 4))
-    stats = {"timers": 0, "requeued": 0, "deliveries": 0, "passes": 0}
-    deadline = time.monotonic() + duration
-    last_full = 0.0
-    try:
-        while True:
-            fired = timers_fire(fence=fence)
-            stats["timers"] += fired
-            stats["requeued"] += instances_requeue(fence=fence)
-            if time.monotonic() - last_full >= full_every:
-                stats["deliveries"] += deliveries_retry()
-                last_full = time.monotonic()
-            stats["passes"] += 1
-            lease_renew(fence=fence, ttl=ttl)
-            if time.monotonic() >= deadline:
-                break
-            if not fired:
-                time.sleep(tick)
-        if chain:
-            enqueue_sweep()
-    except StaleFence:
-        log.warning("sweeper lost its lease; another sweeper carries on")
-        return stats
-    finally:
-        lease_release_if_held(fence=fence)
+    sweeper = Sweeper()
+    stats = sweeper.run(duration=duration)
+    if sweeper.ended == "skipped":
+        return {"skipped": "another sweeper is alive"}
+    if chain and sweeper.ended == "duration":
+        enqueue_sweep()
     return stats

@@ -1,0 +1,106 @@
+"""The sweeper in a ``qcluster``'s main process (ADR 0005).
+
+GovFlow's ``manage.py qcluster`` starts django-q2's cluster exactly as django-q2 does,
+then runs a :class:`SweeperThread` in the main process, which otherwise only waits for
+its sentinel. The thread sweeps while it holds the ``govflow:sweeper`` lease and stands
+by while another cluster's sweeper holds it, so every cluster is ready to take over within
+a lease period. It never waits in django-q2's queue behind the work it creates.
+
+Order matters: the sentinel is forked from the main process, and a fork while another
+thread holds a database connection would hand the child a copy of that connection (and
+of any lock the thread held). So the main thread closes its connections, the cluster is
+started, and only then does the thread start; django-q2 forks nothing else from the main
+process afterwards (the sentinel forks the workers).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.db import connections
+from django_q.cluster import Cluster
+
+from .services.sweep import Sweeper
+
+log = logging.getLogger("govflow.engine.sweep")
+
+RESTART_AFTER = 2.0
+"""Seconds the thread waits after an unexpected error (the database is unreachable,
+say) before it stands by again."""
+
+
+class SweeperThread(threading.Thread):
+    """A standby sweeper for as long as the cluster runs; set ``stop_event`` to end it."""
+
+    def __init__(self, *, stop_event: threading.Event) -> None:
+        super().__init__(name="govflow-sweeper", daemon=True)
+        self.stop_event = stop_event
+
+    def run(self) -> None:
+        try:
+            self.sweep_until_stopped()
+        finally:
+            # This thread's own connections: nobody else uses them.
+            connections.close_all()
+
+    def sweep_until_stopped(self) -> None:
+        """Stand by, sweep while holding the lease, release it when stopped.
+
+        An error (a lost database connection, say) must not end the cluster's sweeper:
+        the connection is dropped and the loop starts again after a short pause. The
+        lease, if it was held, expires by itself if it could not be released.
+        """
+        while not self.stop_event.is_set():
+            try:
+                Sweeper(stop=self.stop_event).run(standby=True)
+            except Exception:
+                log.exception("the sweeper failed; it stands by again in %g s", RESTART_AFTER)
+                for conn in connections.all(initialized_only=True):
+                    if not conn.in_atomic_block:
+                        conn.close()
+                self.stop_event.wait(RESTART_AFTER)
+
+
+class SweepingCluster(Cluster):
+    """django-q2's cluster; a stop signal also stops the sweeper thread of this process.
+
+    The sweeper is told first, so it releases its lease (and a standby elsewhere takes
+    over) while django-q2 still waits for its workers to finish their tasks.
+    """
+
+    def __init__(self, *, sweeper_stop: threading.Event) -> None:
+        self.sweeper_stop = sweeper_stop
+        super().__init__()
+
+    def sig_handler(self, signum, frame) -> None:
+        self.sweeper_stop.set()
+        super().sig_handler(signum, frame)
+
+
+def cluster_run(*, run_once: bool = False, join_timeout: float = 15.0) -> None:
+    """Start the cluster as django-q2's ``qcluster`` does, then sweep until it stops."""
+    stop = threading.Event()
+    cluster = SweepingCluster(sweeper_stop=stop)
+    # The sentinel is forked from this process: it must not inherit an open connection.
+    connections.close_all()
+    cluster.start()
+    if run_once:
+        cluster.stop()
+        return
+    if stop.is_set():  # a stop signal came while the cluster was starting
+        return
+    thread = SweeperThread(stop_event=stop)
+    thread.start()
+    try:
+        # django-q2's command returns here and the interpreter waits for the sentinel at
+        # exit; this process waits for it here instead. A stop signal runs the cluster's
+        # handler in this thread, which returns once the sentinel has stopped.
+        while cluster.sentinel.is_alive():
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(timeout=join_timeout)
+        if thread.is_alive():
+            log.warning("the sweeper did not stop within %g s; its lease will expire", join_timeout)

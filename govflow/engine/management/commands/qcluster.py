@@ -1,0 +1,31 @@
+"""``manage.py qcluster``: django-q2's cluster, with the GovFlow sweeper in its main process.
+
+It overrides django-q2's command of the same name (``govflow.engine`` comes before
+``django_q`` in ``INSTALLED_APPS``) and keeps its options; see ``govflow/engine/cluster.py``
+and ADR 0005.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
+
+from ...cluster import cluster_run
+
+
+class Command(DjangoQClusterCommand):
+    help = (
+        "Starts a Django Q cluster. Its main process also runs the GovFlow sweeper (due "
+        "timers, orphaned work), or stands by while another cluster's sweeper is alive."
+    )
+
+    def handle(self, *args, **options):
+        # As django-q2's command: signing needs the SECRET_KEY, and the cluster name (the
+        # ORM broker's queue key) must be set before the cluster is created.
+        settings.SECRET_KEY  # noqa: B018
+        cluster_name = options.get("cluster_name")
+        if cluster_name:
+            os.environ["Q_CLUSTER_NAME"] = cluster_name
+        cluster_run(run_once=options.get("run_once", False))

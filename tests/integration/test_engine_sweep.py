@@ -1,0 +1,264 @@
+"""The sweep: due timers fire in batches, orphans are queued at once, one sweeper loop."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
+from django_q.models import OrmQ
+
+from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
+from govflow.engine.queue import ADVANCE, ADVANCE_GROUP, SWEEP
+from govflow.engine.services import sweep
+from govflow.engine.services.runtime import instance_lease_key
+from govflow.engine.services.sweep import (
+    SWEEPER,
+    Sweeper,
+    instances_requeue,
+    sweep_loop,
+    timers_fire,
+)
+from recovery import api
+from recovery.models import Lease
+from tests.dbclock import wait_until_expired
+from tests.engine_helpers import node, take_over, token_of
+from tests.flows import action, drive, linear, start
+
+pytestmark = pytest.mark.django_db
+
+
+def sweeper_fence(holder: str = "sweeper-1", ttl: float = 30) -> api.Fence:
+    return api.lease_acquire(key=SWEEPER, holder=holder, ttl=ttl)
+
+
+def waiting_on_timers(count: int) -> list[int]:
+    """``count`` instances, each with one waiting token and its scheduled timer, due now.
+
+    One instance runs for real up to its timer; the others are row copies of it, so that
+    hundreds of timers cost a few INSERTs.
+    """
+    template = drive(start(linear(node("t", "timer", duration="PT1H"), key="tests.sweep")))
+    token = token_of(template, "t")
+    timer = Timer.objects.get(instance=template)
+    copies = Instance.objects.bulk_create(
+        [_copy(template, id=None) for _ in range(count - 1)], batch_size=300
+    )
+    tokens = Token.objects.bulk_create(
+        [_copy(token, id=None, instance_id=i.pk) for i in copies], batch_size=300
+    )
+    Timer.objects.bulk_create(
+        [_copy(timer, id=None, instance_id=t.instance_id, token_id=t.pk) for t in tokens],
+        batch_size=300,
+    )
+    Timer.objects.update(due_at=Now())
+    OrmQ.objects.all().delete()
+    return [template.pk, *(i.pk for i in copies)]
+
+
+def _copy(obj, **changes):
+    fields = {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+    return type(obj)(**{**fields, **changes})
+
+
+def queued_instances() -> list[int]:
+    tasks = [row.task for row in OrmQ.objects.order_by("pk")]
+    assert all(t["func"] == ADVANCE and t["group"] == ADVANCE_GROUP for t in tasks), tasks
+    return [t["args"][0] for t in tasks]
+
+
+def test_due_timers_fire_in_one_batch_with_a_fixed_number_of_statements():
+    statements = {}
+    for count in (3, 300):
+        Instance.objects.all().delete()
+        ids = waiting_on_timers(count)
+        fence = sweeper_fence()
+        with CaptureQueriesContext(connection) as ctx:
+            assert timers_fire(fence=fence) == count
+        statements[count] = [q["sql"][:60] for q in ctx.captured_queries]
+        api.lease_release(fence=fence)
+
+        assert set(Timer.objects.values_list("state", "fire_fence")) == {("fired", fence.fence)}
+        assert not Timer.objects.filter(fired_at__isnull=True).exists()
+        assert set(Token.objects.filter(node_id="t").values_list("state", flat=True)) == {
+            TokenState.READY
+        }
+        assert sorted(queued_instances()) == sorted(ids), "one advance task per instance"
+        assert not Instance.objects.filter(pk__in=ids, enqueued_at__isnull=True).exists()
+    assert len(statements[3]) == len(statements[300]) <= 8, statements
+
+
+def test_a_full_batch_leaves_the_rest_for_the_next_one():
+    ids = waiting_on_timers(12)
+    fence = sweeper_fence()
+    assert [timers_fire(fence=fence, limit=5) for _ in range(4)] == [5, 5, 2, 0]
+    assert sorted(queued_instances()) == sorted(ids)
+
+
+def test_a_timer_whose_token_stopped_waiting_fires_without_waking_it():
+    ids = waiting_on_timers(2)
+    Token.objects.filter(instance_id=ids[0], node_id="t").update(state=TokenState.CANCELLED)
+    before = Token.objects.get(instance_id=ids[0], node_id="t").updated_at
+    assert timers_fire(fence=sweeper_fence()) == 2
+    cancelled = Token.objects.get(instance_id=ids[0], node_id="t")
+    assert (cancelled.state, cancelled.updated_at) == (TokenState.CANCELLED, before)
+    assert Token.objects.get(instance_id=ids[1], node_id="t").state == TokenState.READY
+
+
+def test_timers_not_due_yet_stay_scheduled():
+    waiting_on_timers(3)
+    Timer.objects.update(due_at=Now() + dt.timedelta(hours=1))
+    assert timers_fire(fence=sweeper_fence()) == 0
+    assert set(Timer.objects.values_list("state", flat=True)) == {"scheduled"}
+    assert not OrmQ.objects.exists()
+
+
+def test_a_stale_sweeper_fence_fires_nothing_and_queues_nothing():
+    waiting_on_timers(4)
+    old = sweeper_fence(ttl=0.3)
+    new = take_over(SWEEPER, holder="sweeper-2")
+    with pytest.raises(api.StaleFence):
+        timers_fire(fence=old)
+    assert set(Timer.objects.values_list("state", "fire_fence")) == {("scheduled", 0)}
+    assert set(Token.objects.filter(node_id="t").values_list("state", flat=True)) == {
+        TokenState.WAITING
+    }
+    assert not OrmQ.objects.exists(), "no task queued by a stale sweeper"
+    assert timers_fire(fence=new) == 4
+    Timer.objects.update(state="scheduled")
+    api.lease_release(fence=new)
+    with pytest.raises(api.StaleFence):
+        timers_fire(fence=new)  # released: just as stale
+    assert set(Timer.objects.values_list("fire_fence", flat=True)) == {new.fence}
+
+
+def test_a_stale_sweeper_with_nothing_due_learns_it_lost_its_lease():
+    old = sweeper_fence(ttl=0.3)
+    take_over(SWEEPER, holder="sweeper-2")
+    with pytest.raises(api.StaleFence):
+        timers_fire(fence=old)
+
+
+def dead_worker(settings) -> Instance:
+    """An instance queued a moment ago whose worker took its lease and then died."""
+    settings.GOVFLOW_REENQUEUE_AFTER = 3600  # the stale-enqueue rule alone would wait an hour
+    instance = start(linear(action("a")))
+    instance.refresh_from_db()
+    assert instance.enqueued_at is not None
+    api.lease_acquire(key=instance_lease_key(instance.pk), holder="worker-killed", ttl=0.3)
+    Token.objects.filter(instance=instance, node_id="a").update(state=TokenState.EXECUTING)
+    OrmQ.objects.all().delete()
+    return instance
+
+
+def test_an_orphan_is_requeued_as_soon_as_its_lease_expires(settings):
+    instance = dead_worker(settings)
+    fence = sweeper_fence()
+    assert instances_requeue(fence=fence) == 0, "its lease is still live"
+    wait_until_expired(instance_lease_key(instance.pk))
+    assert instances_requeue(fence=fence) == 1
+    assert queued_instances() == [instance.pk]
+    # Queued once: its new enqueue is later than the lease's expiry.
+    assert instances_requeue(fence=fence) == 0
+    assert queued_instances() == [instance.pk]
+    # The requeued run rehydrates the step the dead worker left executing.
+    assert drive(instance).status == InstanceStatus.COMPLETED
+
+
+def test_a_queued_instance_without_a_lease_is_requeued_after_the_reenqueue_period(settings):
+    settings.GOVFLOW_REENQUEUE_AFTER = 0.5
+    instance = start(linear(action("a")))
+    OrmQ.objects.all().delete()  # its task was lost (a Redis broker crashed, say)
+    fence = sweeper_fence()
+    # No lease was ever taken: its task may just be waiting in a long queue.
+    assert instances_requeue(fence=fence) == 0
+    time.sleep(0.6)
+    assert instances_requeue(fence=fence) == 1
+    assert queued_instances() == [instance.pk]
+
+
+def stop_after_passes(monkeypatch, stop, passes: int = 1) -> list[api.Fence]:
+    """Set ``stop`` once the sweeper has renewed its lease ``passes`` times."""
+    renewed = []
+    real = sweep.lease_renew
+
+    def renew(*, fence, ttl):
+        real(fence=fence, ttl=ttl)
+        renewed.append(fence)
+        if len(renewed) >= passes:
+            stop.set()
+        return fence
+
+    monkeypatch.setattr(sweep, "lease_renew", renew)
+    return renewed
+
+
+def test_the_sweeper_sweeps_until_stopped_and_releases_its_lease(monkeypatch):
+    ids = waiting_on_timers(3)
+    stop = threading.Event()
+    renewed = stop_after_passes(monkeypatch, stop, passes=2)
+    sweeper = Sweeper(stop=stop, holder="cluster-main")
+    stats = sweeper.run(standby=True)
+    assert sweeper.ended == "stopped"
+    assert stats["timers"] == 3 and stats["passes"] == 2
+    assert sorted(queued_instances()) == sorted(ids)
+    lease = Lease.objects.get(key=SWEEPER)
+    assert lease.holder is None, "released: a standby takes over without waiting"
+    assert lease.fence == renewed[0].fence
+
+
+def test_the_sweeper_fires_a_burst_batch_after_batch_without_pausing(monkeypatch, settings):
+    settings.GOVFLOW_SWEEP_TIMER_BATCH = 5
+    settings.GOVFLOW_SWEEP_TICK = 5  # a pause after a full batch would show
+    ids = waiting_on_timers(12)
+    stop = threading.Event()
+    stop_after_passes(monkeypatch, stop, passes=3)
+    began = time.monotonic()
+    stats = Sweeper(stop=stop).run(standby=True)
+    assert stats["timers"] == 12 and stats["passes"] == 3
+    assert time.monotonic() - began < 4
+    assert sorted(queued_instances()) == sorted(ids)
+
+
+def test_a_standby_sweeper_takes_over_when_the_live_one_stops_renewing(monkeypatch):
+    waiting_on_timers(2)
+    dead = sweeper_fence(holder="killed-cluster", ttl=1)
+    stop = threading.Event()
+    renewed = stop_after_passes(monkeypatch, stop)
+    began = time.monotonic()
+    stats = Sweeper(stop=stop, holder="standby-cluster").run(standby=True)
+    waited = time.monotonic() - began
+    assert stats["timers"] == 2
+    assert renewed[0].fence == dead.fence + 1
+    assert 0.5 < waited < 3, f"took over {waited:.2f} s after the start of a 1 s lease"
+
+
+def test_a_stopped_standby_leaves_without_the_lease():
+    live = sweeper_fence(holder="other-cluster")
+    stop = threading.Event()
+    stop.set()
+    sweeper = Sweeper(stop=stop)
+    assert sweeper.run(standby=True)["passes"] == 0 and sweeper.ended == "stopped"
+    assert Lease.objects.get(key=SWEEPER).fence == live.fence
+
+
+def test_the_sweep_task_leaves_at_once_while_a_live_sweeper_renews():
+    live = sweeper_fence(holder="cluster-main", ttl=10)
+    began = time.monotonic()
+    assert sweep_loop(duration=5) == {"skipped": "another sweeper is alive"}
+    assert time.monotonic() - began < 1
+    assert Lease.objects.get(key=SWEEPER).holder == live.holder
+    assert not OrmQ.objects.exists(), "no successor enqueued"
+
+
+def test_the_sweep_task_sweeps_then_hands_over_to_its_successor():
+    ids = waiting_on_timers(2)
+    stats = sweep_loop(duration=0)
+    assert stats["timers"] == 2
+    tasks = [row.task["func"] for row in OrmQ.objects.order_by("pk")]
+    assert sorted(tasks) == sorted([ADVANCE] * len(ids) + [SWEEP])
+    assert Lease.objects.get(key=SWEEPER).holder is None
