@@ -262,3 +262,70 @@ def test_the_sweep_task_sweeps_then_hands_over_to_its_successor():
     tasks = [row.task["func"] for row in OrmQ.objects.order_by("pk")]
     assert sorted(tasks) == sorted([ADVANCE] * len(ids) + [SWEEP])
     assert Lease.objects.get(key=SWEEPER).holder is None
+
+
+def a_dead_process_holder() -> str:
+    """A lease holder name of a process of this host that has exited."""
+    import subprocess
+    import sys
+
+    from govflow.engine.liveness import host_id
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return f"{host_id()}:{child.pid}:1"
+
+
+def test_a_dead_workers_lease_is_expired_and_its_instance_requeued_at_once(settings):
+    settings.GOVFLOW_REENQUEUE_AFTER = 3600
+    instance = start(linear(action("a")))
+    dead = api.lease_acquire(
+        key=instance_lease_key(instance.pk), holder=a_dead_process_holder(), ttl=3600
+    )
+    # A task the dead cluster had claimed: locked for django-q2's retry period.
+    OrmQ.objects.update(lock=Now() + dt.timedelta(seconds=180))
+    fence = sweeper_fence()
+    assert sweep.dead_holders_expire(fence=fence) == 1
+    lease = Lease.objects.get(key=dead.key)
+    assert (lease.holder, lease.fence) == (dead.holder, dead.fence), "expired, not taken"
+    from django.utils import timezone
+
+    assert not OrmQ.objects.filter(lock__gt=timezone.now()).exists(), "handed out again"
+    assert instances_requeue(fence=fence) == 1
+    assert drive(instance).status == InstanceStatus.COMPLETED
+
+
+def test_live_holders_and_other_hosts_are_left_to_their_lease(settings):
+    from govflow.engine.liveness import holder_is_dead, host_id, worker_name
+
+    instance = start(linear(action("a")))
+    api.lease_acquire(key=instance_lease_key(instance.pk), holder=worker_name(), ttl=3600)
+    other = start(linear(action("a")))
+    elsewhere = a_dead_process_holder().replace(host_id(), "another-host/1", 1)
+    api.lease_acquire(key=instance_lease_key(other.pk), holder=elsewhere, ttl=3600)
+    assert not holder_is_dead(worker_name()) and not holder_is_dead(elsewhere)
+    assert not holder_is_dead("worker-1") and not holder_is_dead(f"{host_id()}:x:1")
+    assert sweep.dead_holders_expire(fence=sweeper_fence()) == 0
+    assert Lease.objects.filter(expires_at__gt=Now(), key__startswith="instance:").count() == 2
+
+
+def test_a_standby_takes_over_at_once_from_a_sweeper_whose_process_is_gone(monkeypatch):
+    dead = sweeper_fence(holder=a_dead_process_holder(), ttl=3600)
+    stop = threading.Event()
+    renewed = stop_after_passes(monkeypatch, stop)
+    began = time.monotonic()
+    Sweeper(stop=stop, holder="standby-cluster").run(standby=True)
+    assert renewed[0].fence == dead.fence + 1
+    assert time.monotonic() - began < 2, "did not wait out the dead sweeper's hour-long lease"
+
+
+def test_a_stale_sweeper_expires_nobodys_lease(settings):
+    instance = start(linear(action("a")))
+    dead = api.lease_acquire(
+        key=instance_lease_key(instance.pk), holder=a_dead_process_holder(), ttl=3600
+    )
+    old = sweeper_fence(ttl=0.3)
+    take_over(SWEEPER, holder="sweeper-2")
+    with pytest.raises(api.StaleFence):
+        sweep.dead_holders_expire(fence=old)
+    assert Lease.objects.filter(key=dead.key, expires_at__gt=Now()).exists()

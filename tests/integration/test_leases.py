@@ -316,3 +316,17 @@ def test_renew_with_a_bad_ttl_is_refused_and_keeps_the_expiry(ttl):
     with pytest.raises(api.RecoveryValidationError, match="ttl must be in"):
         api.lease_renew(fence=fence, ttl=ttl)
     assert lease_row() == before
+
+
+def test_lease_expire_ends_a_dead_holders_lease_and_the_next_holder_gets_fence_plus_one():
+    dead = api.lease_acquire(key=KEY, holder="dead", ttl=3600)
+    assert api.lease_expire(fence=dead) is True
+    row = Lease.objects.get(key=KEY)
+    assert (row.holder, row.fence) == ("dead", dead.fence), "expired, not released"
+    with pytest.raises(api.StaleFence):
+        api.lease_renew(fence=dead, ttl=30)
+    new = api.lease_acquire(key=KEY, holder="new", ttl=30)
+    assert new.fence == dead.fence + 1
+    # The dead holder's fence is no authority over the new lease: nothing changes.
+    assert api.lease_expire(fence=dead) is False
+    assert api.lease_renew(fence=new, ttl=30) == new

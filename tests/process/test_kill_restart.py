@@ -339,3 +339,58 @@ def test_instances_completed_before_the_kill_stay_completed(workspace):
     for pk in ids:
         assert_completed_cleanly(pk)
     assert failed_tasks() == []
+
+
+def test_a_restarted_cluster_takes_over_from_dead_processes_without_waiting_out_leases(
+    workspace,
+):
+    """Leases of a dead process of this host are expired at once, not waited out.
+
+    Instance leases and the sweeper lease last ten minutes here; the first cluster is
+    killed with a worker parked after its effect and another instance's task claimed but
+    not started. The restarted cluster's sweeper sees that the holders' processes no
+    longer exist, takes the sweeper lease over, expires the dead worker's instance lease
+    (the step becomes outcome_unknown, the provider is not called again) and hands the
+    claimed task out again: both instances move on within seconds.
+    """
+    ws = workspace
+    long = {"GOVFLOW_LEASE_TTL": "600", "GOVFLOW_SWEEP_LEASE_TTL": "600"}
+    ws.pause("after_effect")
+    first = ws.start_cluster(GOVFLOW_Q_WORKERS="1", **PARKED, **long)
+    wait_until_sweeping(first)
+    parked = instance_start(
+        definition=definition_publish(document=linear(action("a"), key="proc.dead")),
+        variables={"value": "p"},
+    )
+    ws.watch(parked.pk)
+    wait_for(
+        lambda: ws.reached("after_effect"),
+        timeout=60,
+        what="the only worker parked after its effect",
+        explain=ws.report,
+    )
+    # The only worker is busy: this one's task is claimed by the pusher or waits.
+    waiting = instance_start(
+        definition=definition_publish(document=linear(action("b"), key="proc.waiting")),
+        variables={"value": "w"},
+    )
+    ws.watch(waiting.pk)
+    time.sleep(1)
+    first.kill()
+    ws.unpause("after_effect")
+
+    restarted = time.monotonic()
+    second = ws.start_cluster(**PARKED, **long)
+    wait_for(
+        lambda: uncertain(parked.pk, calls=1),
+        timeout=60,
+        what="step a of the dead worker's instance to be outcome_unknown",
+        explain=ws.report,
+    )
+    wait_status(ws, waiting.pk, InstanceStatus.COMPLETED)
+    took = time.monotonic() - restarted
+    print(f"\n[taken over from the dead cluster {took:.1f} s after the restart]")
+    assert took < 60, f"took {took:.1f} s: the ten-minute leases were waited out"
+    assert status(parked.pk) == InstanceStatus.BLOCKED, dump(parked.pk)
+    assert effects.call_count() == 2
+    second.kill()

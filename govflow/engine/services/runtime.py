@@ -22,8 +22,6 @@ The protocol (invariants I1-I10), at its one home:
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -55,6 +53,7 @@ from recovery.api import (
 from recovery.models import Operation
 
 from ..definitions import Spec
+from ..liveness import worker_name
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
 from .definitions import definition_pinned, spec_of, unresolved_reason
 from .routing import ACTIVE, RouteError, Router, derive_status
@@ -85,10 +84,6 @@ def run_budget() -> float:
 
 def max_steps() -> int:
     return int(getattr(settings, "GOVFLOW_MAX_STEPS_PER_RUN", 500))
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 def instance_lease_key(instance_id: int) -> str:

@@ -30,11 +30,13 @@ from recovery.api import (
     fence_condition,
     fenced_update,
     lease_acquire,
+    lease_expire,
     lease_release_if_held,
     lease_renew,
 )
 from recovery.models import Lease
 
+from ..liveness import holder_is_dead, host_id
 from ..models import Instance, InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
 from ..queue import enqueue_many, enqueue_sweep
 from .runtime import step_commit, worker_name
@@ -226,9 +228,42 @@ def deliveries_retry(limit: int = 200) -> int:
     return sum(1 for pk in list(candidates) if delivery_consume(delivery_id=pk))
 
 
+def dead_holders_expire(*, fence: Fence) -> int:
+    """Expire the live leases of this host's processes that no longer exist.
+
+    A worker killed mid-run leaves its instance lease live for up to
+    ``GOVFLOW_LEASE_TTL``; when the holder is a process of this host that is gone, the
+    lease is expired now (``recovery.api.lease_expire``) and the next requeue pass takes
+    the instance over (its lease expired after its last enqueue). django-q2 tasks a dead
+    cluster had claimed stay locked for ``retry`` seconds: when a death was found, every
+    claimed task is handed out again at once (a live cluster's claimed tasks run twice at
+    worst, and the instance lease makes that harmless).
+    """
+    prefix = f"{host_id()}:"
+    live = Lease.objects.filter(
+        holder__startswith=prefix, expires_at__gt=Now(), key__startswith="instance:"
+    ).values_list("key", "holder", "fence")
+    expired = 0
+    for key, holder, number in list(live):
+        if holder_is_dead(holder):
+            _require_live(fence, "expire a dead holder's lease")
+            if lease_expire(fence=Fence(key=key, holder=holder, fence=number)):
+                log.warning("lease %s of %s expired: that process no longer exists", key, holder)
+                expired += 1
+    if expired:
+        from django.utils import timezone
+        from django_q.models import OrmQ
+
+        released = OrmQ.objects.filter(lock__gt=timezone.now()).update(lock=timezone.now())
+        if released:
+            log.warning("%d claimed task(s) handed out again after a worker died", released)
+    return expired
+
+
 def sweep_once(*, fence: Fence) -> dict[str, int]:
     return {
         "timers": timers_fire(fence=fence),
+        "dead": dead_holders_expire(fence=fence),
         "requeued": instances_requeue(fence=fence),
         "deliveries": deliveries_retry(),
     }
@@ -236,13 +271,20 @@ def sweep_once(*, fence: Fence) -> dict[str, int]:
 
 def sweeper_lease_left() -> float | None:
     """Seconds of database time left on the live sweeper lease; None if nobody holds it."""
-    remaining = (
+    lease = _sweeper_lease()
+    return None if lease is None else lease[0]
+
+
+def _sweeper_lease() -> tuple[float, Fence] | None:
+    row = (
         Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
         .annotate(left=F("expires_at") - Now())
-        .values_list("left", flat=True)
+        .values_list("left", "holder", "fence")
         .first()
     )
-    return None if remaining is None else remaining.total_seconds()
+    if row is None:
+        return None
+    return row[0].total_seconds(), Fence(key=SWEEPER, holder=row[1], fence=row[2])
 
 
 class Sweeper:
@@ -270,7 +312,7 @@ class Sweeper:
         self.tick = _setting("GOVFLOW_SWEEP_TICK", 0.25)
         self.full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)
         self.batch = timer_batch()
-        self.stats = {"timers": 0, "requeued": 0, "deliveries": 0, "passes": 0}
+        self.stats = {"timers": 0, "dead": 0, "requeued": 0, "deliveries": 0, "passes": 0}
         self.ended = ""
         """Why :meth:`run` returned: ``stopped``, ``duration``, ``skipped`` or ``lost``."""
 
@@ -299,7 +341,13 @@ class Sweeper:
         give_up = time.monotonic() + self.ttl + 1
         announced = False
         while not self.stop.is_set():
-            left = sweeper_lease_left()
+            lease = _sweeper_lease()
+            if lease is not None and holder_is_dead(lease[1].holder):
+                # Its process is gone (this host): take over now, not at its expiry.
+                if lease_expire(fence=lease[1]):
+                    log.warning("the sweeper %s no longer exists; taking over", lease[1].holder)
+                continue
+            left = None if lease is None else lease[0]
             if left is None:
                 try:
                     return lease_acquire(key=SWEEPER, holder=self.holder, ttl=self.ttl)
@@ -328,6 +376,7 @@ class Sweeper:
             # A full batch means more timers are due: fire them first, and look for stuck
             # work between batches only once a second while the burst lasts.
             if fired < self.batch or time.monotonic() - last_requeue >= 1.0:
+                self.stats["dead"] += dead_holders_expire(fence=fence)
                 self.stats["requeued"] += instances_requeue(fence=fence)
                 last_requeue = time.monotonic()
                 if time.monotonic() - last_full >= self.full_every:
