@@ -4,9 +4,10 @@
     .venv/bin/python bench/engine_vs_dbos.py [--quick] [--n N] [--recovery-n N] [--timers N]
 
 Measures, in one run: steps/s of 5-step no-op workflows with 1 and 2 worker processes
-(GovFlow through real ``manage.py qcluster`` workers, DBOS through queue workers), commits
-and SQL statements per GovFlow step, the time to settle 1,000 in-flight workflows after a
-SIGKILL of every worker, and the fire lag of 10,000 GovFlow timers due at one instant.
+(GovFlow through one real ``manage.py qcluster`` with N workers and its main process
+sweeping, as in production; DBOS through queue workers), commits and SQL statements per
+GovFlow step, the time to settle 1,000 in-flight workflows after a SIGKILL of every worker
+(and where that time goes), and the fire lag of 10,000 GovFlow timers due at one instant.
 Prints the figures side by side and the targets, met or not. Exits 0 whether or not the
 targets are met, non-zero if the benchmark itself fails. Every process group it started
 and a throwaway server it started are stopped at the end, also on error or Ctrl-C.
@@ -95,18 +96,20 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
     import django
     from django.conf import settings
 
+    from govflow.engine.services.sweep import Sweeper
+
     q = settings.Q_CLUSTER
     engine = {
         name: getattr(settings, name)
-        for name in (
-            "GOVFLOW_LEASE_TTL",
-            "GOVFLOW_REENQUEUE_AFTER",
-            "GOVFLOW_SWEEP_TICK",
-            "GOVFLOW_SWEEP_LEASE_TTL",
-            "GOVFLOW_SWEEP_DURATION",
-            "GOVFLOW_MAX_STEPS_PER_RUN",
-        )
+        for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_REENQUEUE_AFTER", "GOVFLOW_MAX_STEPS_PER_RUN")
     }
+    sweeper = Sweeper()  # the values the cluster's sweeper thread reads from the settings
+    engine.update(
+        GOVFLOW_SWEEP_LEASE_TTL=sweeper.ttl,
+        GOVFLOW_SWEEP_TICK=sweeper.tick,
+        GOVFLOW_SWEEP_FULL_EVERY=sweeper.full_every,
+        GOVFLOW_SWEEP_TIMER_BATCH=sweeper.batch,
+    )
     with server.connect() as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         durable = ", ".join(
@@ -123,12 +126,13 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         *(f"  note: {note}" for note in server.notes),
         f"GovFlow: Django {django.get_version()}, django-q2 ORM broker, Python "
         f"{platform.python_version()}; action 'bench.noop' (non_atomic, returns Succeeded({{}}))",
-        "  throughput, N worker processes: one qcluster with Q_CLUSTER workers=N (poll "
-        f"{q['poll']}, save_limit {q['save_limit']}) running advance tasks, plus a dedicated "
-        "sweeper process (the engine's sweep_loop; the cluster's sweep tasks find it alive "
-        "and return at once), so exactly N processes run steps",
-        "  recovery and timers: production shape, one qcluster with Q_CLUSTER workers=2 and "
-        "the sweep task running in those workers (docs/deployment.md)",
+        "  every scenario in the production shape (ADR 0005): one `manage.py qcluster` with "
+        f"Q_CLUSTER workers=N (poll {q['poll']}, save_limit {q['save_limit']}); its N worker "
+        "processes run the advance tasks, its main process runs the sweeper thread under the "
+        "govflow:sweeper lease (timers, orphans; the scheduled fallback sweep task finds it "
+        "alive and returns at once); pusher, monitor and sentinel as django-q2 has them",
+        "  N = 1 and 2 for throughput, 2 for recovery and timers; a cluster counts as ready "
+        "once its main process holds the sweeper lease",
         "  engine settings: " + ", ".join(f"{k}={v:g}" for k, v in engine.items()),
         f"  recovery run only: {', '.join(f'{k}={v}' for k, v in cfg.recovery_overrides.items())}",
         f"  instances started with instance_start from {cfg.govflow_enqueue_threads} threads",

@@ -189,6 +189,15 @@ class Progress:
         ).fetchone()[0]
         return value / 1000 if value is not None else None
 
+    def first_step_since(self, prefix: str, since: float) -> float | None:
+        """Epoch seconds of the first step completed at or after ``since`` (epoch s)."""
+        value = self.conn.execute(
+            "SELECT min(completed_at_epoch_ms) FROM dbos.operation_outputs "
+            "WHERE workflow_uuid LIKE %s AND completed_at_epoch_ms >= %s",
+            [prefix + "-%", int(since * 1000)],
+        ).fetchone()[0]
+        return value / 1000 if value is not None else None
+
     def now(self) -> float:
         return float(
             self.conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0]

@@ -15,6 +15,8 @@ from pathlib import Path
 from .procs import wait_until
 
 STEPS = 5
+ACTION_NODES = tuple(f"s{i}" for i in range(1, STEPS + 1))
+"""The five-no-op definition's action nodes (not its ``start`` node)."""
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Poller:
             instance_id__gte=first,
             instance_id__lte=last,
             state="completed",
-            node_id__startswith="s",
+            node_id__in=ACTION_NODES,
         ).count()
 
 
@@ -137,6 +139,73 @@ def settled_times(ids: set[int], since: dt.datetime) -> float | None:
     other = qs.exclude(status="completed").aggregate(t=Max("updated_at"))["t"]
     last = max(t for t in (done, other) if t is not None)
     return (last - since).total_seconds()
+
+
+def first_step_since(ids: list[int], since: dt.datetime) -> float | None:
+    """Seconds from ``since`` until the first action step of ``ids`` completed after it
+    (the completed token's ``updated_at``, database clock)."""
+    from django.db.models import Min
+
+    from govflow.engine.models import Token
+
+    first = Token.objects.filter(
+        instance_id__gte=ids[0],
+        instance_id__lte=ids[-1],
+        state="completed",
+        node_id__in=ACTION_NODES,
+        updated_at__gte=since,
+    ).aggregate(t=Min("updated_at"))["t"]
+    return None if first is None else (first - since).total_seconds()
+
+
+def enqueued_since(ids: set[int], since: dt.datetime) -> tuple[int, float | None]:
+    """(how many of ``ids`` were enqueued after ``since``, seconds until the last was).
+
+    An instance's ``enqueued_at`` is its latest enqueue: for an instance a killed cluster
+    stranded, the sweeper's re-enqueue (or a later one, if it needed two)."""
+    from django.db.models import Count, Max
+
+    from govflow.engine.models import Instance
+
+    row = Instance.objects.filter(pk__in=ids, enqueued_at__gte=since).aggregate(
+        n=Count("pk"), t=Max("enqueued_at")
+    )
+    last = row["t"]
+    return row["n"], None if last is None else (last - since).total_seconds()
+
+
+def sweeper_holder() -> str | None:
+    """The holder of the live ``govflow:sweeper`` lease, or None."""
+    from django.db.models.functions import Now
+
+    from govflow.engine.services.sweep import SWEEPER
+    from recovery.models import Lease
+
+    return (
+        Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
+        .values_list("holder", flat=True)
+        .first()
+    )
+
+
+def holder_pid(holder: str) -> int | None:
+    """The pid in a lease holder ``hostname:pid:thread`` (``worker_name``)."""
+    try:
+        return int(holder.rsplit(":", 2)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def sweeper_acquired_since(pgid: int, since: dt.datetime) -> float | None:
+    """Seconds from ``since`` until the process ``pgid`` took the sweeper lease it holds
+    now; None if another process holds it."""
+    from govflow.engine.services.sweep import SWEEPER
+    from recovery.models import Lease
+
+    row = Lease.objects.filter(key=SWEEPER).values_list("holder", "acquired_at").first()
+    if not row or not row[0] or holder_pid(row[0]) != pgid:
+        return None
+    return (row[1] - since).total_seconds()
 
 
 def blocked_breakdown(ids: list[int]) -> dict[str, int]:

@@ -1,9 +1,9 @@
 """GovFlow's side: real ``manage.py qcluster`` process groups on a scenario database.
 
 The driver (this process) sets Django up with :mod:`bench.engine.settings`; it starts
-instances and reads progress through :mod:`bench.engine.govflow_db`. Every step runs in
-a qcluster worker process; the dedicated sweeper (:mod:`bench.engine.sweeper`) is used
-where the scenario says so.
+instances and reads progress through :mod:`bench.engine.govflow_db`. Every scenario runs
+the production shape (ADR 0005): one qcluster whose N workers run the steps and whose main
+process runs the sweeper thread.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from bench.pgserver import ROOT, Server
 
-from .procs import Group, WorkerDied, cpu_seconds, pids_cpu, wait_until
+from .govflow_db import holder_pid, sweeper_holder
+from .procs import Group, WorkerDied, cpu_seconds, pids_cpu
 
 SETTINGS = "bench.engine.settings"
 STEPS = 5
 DEFINITION = "bench.five_noops"
 TIMER_DEFINITION = "bench.timer_wait"
-SWEEPER = "govflow:sweeper"
 
 
 def five_noops_document() -> dict:
@@ -133,35 +133,34 @@ class Cluster:
         return cls(group, env)
 
     def wait_ready(self, timeout: float = 60) -> float:
-        """Wait until a worker of this cluster holds the sweeper lease; return seconds."""
-        from django.db.models.functions import Now
+        """Wait until this cluster's main process holds the sweeper lease; return seconds.
 
-        from recovery.models import Lease
-
+        The holder is ``hostname:pid:thread`` (``worker_name``); the sweeper thread runs in
+        the main process, the session leader of the group, so its pid is the group id. A
+        cluster restarted after a SIGKILL may first stand by while the dead one's lease
+        lasts.
+        """
         started = time.monotonic()
+        holder = None
         deadline = started + timeout
         while time.monotonic() < deadline:
             self.group.check()
-            holder = (
-                Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
-                .values_list("holder", flat=True)
-                .first()
-            )
-            if holder:
-                try:
-                    pid = int(holder.rsplit(":", 2)[1])
-                except (IndexError, ValueError):
-                    pid = -1
-                if pid in self.group.pids():
-                    return time.monotonic() - started
+            holder = sweeper_holder()
+            if holder and holder_pid(holder) == self.group.pgid:
+                return time.monotonic() - started
             time.sleep(0.1)
-        raise WorkerDied(f"{self.group.name} did not start sweeping:\n{self.group.tail()}")
+        raise WorkerDied(
+            f"{self.group.name}'s main process (pid {self.group.pgid}) did not take the "
+            f"sweeper lease within {timeout:g} s (holder: {holder}):\n{self.group.tail()}"
+        )
 
     def cpu_by_role(self) -> dict[str, float]:
         """CPU seconds of this cluster's processes by role (pids from django-q2's log).
 
-        A worker django-q2 recycled (``recycle``, 500 tasks) or replaced is reaped by the
-        sentinel: its time is in the sentinel's children time, counted as the workers'.
+        The main process (the group leader) runs the sweeper thread; its sentinel is the
+        one other process django-q2 does not name in its log. A worker django-q2 recycled
+        (``recycle``, 500 tasks) or replaced is reaped by the sentinel: its time is in the
+        sentinel's children time, counted as the workers'.
         """
         text = self.group.log_path.read_text(errors="replace")
         roles: dict[str, set[int]] = {"qcluster workers": set(), "monitor": set(), "pusher": set()}
@@ -176,50 +175,16 @@ class Cluster:
         alive = self.group.pids()
         named = set().union(*roles.values())
         seconds = {role: pids_cpu(pids & alive) for role, pids in roles.items()}
-        own = reaped = 0.0
-        for pid in alive - named:
+        # The main process reaps only the sentinel, so its children time is not counted.
+        seconds["main process (sweeper thread)"] = cpu_seconds(self.group.pgid)[0]
+        sentinel = reaped = 0.0
+        for pid in alive - named - {self.group.pgid}:
             mine, children = cpu_seconds(pid)
-            own += mine
-            if pid != self.group.pgid:  # the main process reaps only the sentinel
-                reaped += children
+            sentinel += mine
+            reaped += children
         seconds["qcluster workers"] += reaped
-        seconds["main + sentinel"] = own
+        seconds["sentinel"] = sentinel
         return seconds
-
-    def kill(self) -> None:
-        self.group.kill()
-
-
-class Sweeper:
-    """The dedicated sweeper process (:mod:`bench.engine.sweeper`) in its own group."""
-
-    def __init__(self, *, name: str, url: str, overrides: dict[str, str], log_dir: Path):
-        env = django_env(url)
-        env.update(overrides)
-        self.group = Group(
-            name,
-            [sys.executable, str(Path(__file__).resolve().parent / "sweeper.py")],
-            env=env,
-            cwd=ROOT,
-            log=log_dir / f"{name}.log",
-        )
-
-    def wait_sweeping(self, timeout: float = 60) -> None:
-        from django.db.models.functions import Now
-
-        from recovery.models import Lease
-
-        def holds() -> bool:
-            holder = (
-                Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
-                .values_list("holder", flat=True)
-                .first()
-            )
-            return bool(holder) and f":{self.group.pgid}:" in holder
-
-        wait_until(
-            holds, timeout=timeout, what="the sweeper to hold its lease", groups=[self.group]
-        )
 
     def kill(self) -> None:
         self.group.kill()

@@ -69,13 +69,12 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
     url = server.create_database(name, template="gf_template")
     gf.use_database(name)
     definition = gf.publish(gf.five_noops_document())
-    # The sweeper first: once it holds its lease, the cluster's sweep tasks leave at once.
-    sweeper = gf.Sweeper(name=f"{name}-sweeper", url=url, overrides={}, log_dir=cfg.log_dir)
-    sweeper.wait_sweeping()
+    # Production shape: N workers run the steps, the main process sweeps (ADR 0005).
     cluster = gf.Cluster.start(
         name=f"{name}-qcluster", url=url, workers=workers, overrides={}, log_dir=cfg.log_dir
     )
-    groups = [sweeper.group, cluster.group]
+    cluster.wait_ready()
+    groups = [cluster.group]
     poller = gdb.Poller()
     warm, _ = gdb.start_instances(
         definition, cfg.warmup_per_worker * workers, cfg.govflow_enqueue_threads
@@ -83,20 +82,16 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
     gdb.wait_settled(poller, warm, timeout=SETTLE_TIMEOUT, groups=groups)
     tasks_before = gdb.tasks_enqueued()
 
-    def cpu() -> dict[str, float]:  # read before the processes are killed
-        return {**cluster.cpu_by_role(), "sweeper": pids_cpu(sweeper.group.pids())}
-
     server.reset_statements(name)
     before = counters(server, name)
-    cpu_before = cpu()
+    cpu_before = cluster.cpu_by_role()  # read before the processes are killed
     poller.queries = 0
     ids, enqueue_seconds = gdb.start_instances(
         definition, cfg.throughput_n, cfg.govflow_enqueue_threads
     )
     statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=groups)
-    cpu_after = cpu()
+    cpu_after = cluster.cpu_by_role()
     cluster.kill()
-    sweeper.kill()
     time.sleep(1.5)  # backends of the killed processes flush their statistics
     after = counters(server, name)
     first, last = gdb.span(ids)
@@ -127,7 +122,12 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
 
 
 def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
-    """SIGKILL a production-shaped cluster (the sweep runs in its workers) mid-run."""
+    """SIGKILL a cluster mid-run, restart it at once, and time the way back.
+
+    Besides the totals, where the time after the restart goes (database clock): until the
+    first step completed, until the restarted cluster's sweeper took the lease over, until
+    it re-enqueued the last stranded instance, and until that instance settled.
+    """
     name = "gf_recovery"
     url = server.create_database(name, template="gf_template")
     gf.use_database(name)
@@ -164,8 +164,11 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
     restarted = gdb.db_now()
     cluster = start()
     statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
+    sweeper_since = gdb.sweeper_acquired_since(cluster.group.pgid, restarted)
+    steps_after = poller.steps_done(ids[0], ids[-1]) - steps_at_kill
     cluster.kill()
     _, last = gdb.span(ids)
+    requeued, requeued_seconds = gdb.enqueued_since(stranded, restarted)
     return {
         "workers": workers,
         "instances": len(ids),
@@ -176,6 +179,11 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
         "stranded": len(stranded),
         "seconds": (last - restarted).total_seconds(),
         "stranded_seconds": gdb.settled_times(stranded, restarted),
+        "sweeper_seconds": sweeper_since,
+        "first_step_seconds": gdb.first_step_since(ids, restarted),
+        "steps_after": steps_after,
+        "requeued": requeued,
+        "requeued_seconds": requeued_seconds,
         "statuses": statuses,
         "tokens_not_completed": gdb.blocked_breakdown(ids),
     }
@@ -301,6 +309,8 @@ def dbos_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
         pool.kill()
         _, last = progress.span("run")
         stranded_last = progress.last_completed(stranded)
+        first_step = progress.first_step_since("run", restarted)
+        steps_after = progress.steps_done("run") - steps_at_kill
     finally:
         pool.kill()
         progress.close()
@@ -312,5 +322,7 @@ def dbos_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
         "stranded": len(stranded),
         "seconds": last - restarted,
         "stranded_seconds": (stranded_last - restarted) if stranded_last else None,
+        "first_step_seconds": (first_step - restarted) if first_step else None,
+        "steps_after": steps_after,
         "statuses": statuses,
     }

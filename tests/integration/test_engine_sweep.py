@@ -310,6 +310,11 @@ def test_live_holders_and_other_hosts_are_left_to_their_lease(settings):
 
 
 def test_a_standby_takes_over_at_once_from_a_sweeper_whose_process_is_gone(monkeypatch):
+    from django.utils import timezone
+
+    start(linear(action("a")))
+    # A task the dead sweeper's cluster had claimed: locked for django-q2's retry period.
+    OrmQ.objects.update(lock=Now() + dt.timedelta(seconds=180))
     dead = sweeper_fence(holder=a_dead_process_holder(), ttl=3600)
     stop = threading.Event()
     renewed = stop_after_passes(monkeypatch, stop)
@@ -317,6 +322,7 @@ def test_a_standby_takes_over_at_once_from_a_sweeper_whose_process_is_gone(monke
     Sweeper(stop=stop, holder="standby-cluster").run(standby=True)
     assert renewed[0].fence == dead.fence + 1
     assert time.monotonic() - began < 2, "did not wait out the dead sweeper's hour-long lease"
+    assert not OrmQ.objects.filter(lock__gt=timezone.now()).exists(), "handed out again"
 
 
 def test_a_stale_sweeper_expires_nobodys_lease(settings):

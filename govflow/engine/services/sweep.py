@@ -251,13 +251,24 @@ def dead_holders_expire(*, fence: Fence) -> int:
                 log.warning("lease %s of %s expired: that process no longer exists", key, holder)
                 expired += 1
     if expired:
-        from django.utils import timezone
-        from django_q.models import OrmQ
-
-        released = OrmQ.objects.filter(lock__gt=timezone.now()).update(lock=timezone.now())
-        if released:
-            log.warning("%d claimed task(s) handed out again after a worker died", released)
+        claimed_tasks_release()
     return expired
+
+
+def claimed_tasks_release() -> int:
+    """Hand out again, at once, every task a cluster has claimed and not acknowledged.
+
+    Called when a process of this host was found dead: the tasks its cluster had claimed
+    would otherwise stay locked for django-q2's ``retry`` period. A live cluster's claimed
+    tasks may run twice; the instance lease makes the second run a no-op.
+    """
+    from django.utils import timezone
+    from django_q.models import OrmQ
+
+    released = OrmQ.objects.filter(lock__gt=timezone.now()).update(lock=timezone.now())
+    if released:
+        log.warning("%d claimed task(s) handed out again after a process died", released)
+    return released
 
 
 def sweep_once(*, fence: Fence) -> dict[str, int]:
@@ -346,6 +357,9 @@ class Sweeper:
                 # Its process is gone (this host): take over now, not at its expiry.
                 if lease_expire(fence=lease[1]):
                     log.warning("the sweeper %s no longer exists; taking over", lease[1].holder)
+                    # Its cluster died with it, and with it the workers that had claimed
+                    # tasks, whether or not they held an instance lease at that moment.
+                    claimed_tasks_release()
                 continue
             left = None if lease is None else lease[0]
             if left is None:
