@@ -125,6 +125,20 @@ class Run:
     released: bool = False
     """The lease was released in the commit that ended the instance."""
 
+    def reload(self) -> None:
+        """Read the instance and its active tokens again, after a refused commit.
+
+        The refused commit changed nothing in the database, but it did change this view
+        (variables, token states, new tokens): start again from what is stored. The fence
+        stays; plans made from the old view are dropped.
+        """
+        fresh = _load_run(self.instance.pk, self.fence)
+        if fresh is None:
+            raise ConflictError(f"Instance {self.instance.pk} no longer exists.")
+        self.instance, self.active = fresh.instance, fresh.active
+        self.chained = self.deferred = None
+        self.released = False
+
     def may_chain(self) -> bool:
         return self.steps_left > 1 and time.monotonic() < self.deadline
 

@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 from recovery.api import (
     CanonicalError,
     ChainBroken,
+    ChainConflict,
     FingerprintKind,
     OperationState,
     RecoveryMode,
@@ -386,51 +387,79 @@ class _RollBack(Exception):
     pass
 
 
+SETTLE_ATTEMPTS = 3
+
+
 def settle(run, token, node, action, key, result) -> None:
-    """Commit 2 of a non-atomic step: the observation and the projection together."""
-    try:
-        if isinstance(result, Succeeded):
-            try:
-                canonical_bytes(dict(result.output))
-            except (CanonicalError, TypeError, ValueError):
-                result = Unknown("the provider reported success with an output that is not JSON")
-        if isinstance(result, Pending) and _poll_delay(result) is None:
-            result = Unknown(
-                f"the provider answered pending with poll_after="
-                f"{result.poll_after!r}, not a number of seconds"
+    """Commit 2 of a non-atomic step: the observation and the projection together.
+
+    The provider has answered, so this commit must not be lost to a benign race: if
+    another writer appended to the instance's chain first (a decision requested on
+    another step, say: ``ChainConflict``), the run's view is reloaded under the same fence
+    and the commit is made again. Anything else that refuses it (a stale fence) ends the
+    run as before, and rehydration decides the step.
+    """
+    if isinstance(result, Succeeded):
+        try:
+            canonical_bytes(dict(result.output))
+        except (CanonicalError, TypeError, ValueError):
+            result = Unknown("the provider reported success with an output that is not JSON")
+    if isinstance(result, Pending) and _poll_delay(result) is None:
+        result = Unknown(
+            f"the provider answered pending with poll_after="
+            f"{result.poll_after!r}, not a number of seconds"
+        )
+    for attempt in range(1, SETTLE_ATTEMPTS + 1):
+        try:
+            _settle_commit(run, token, node, action, key, result)
+            return
+        except ChainBroken as exc:
+            _chain_broken(run, token, exc)
+            return
+        except ChainConflict:
+            if attempt == SETTLE_ATTEMPTS:
+                raise
+            log.info(
+                "instance %s: the chain moved during step '%s'; recording its outcome again",
+                run.instance.pk,
+                token.node_id,
             )
-        chained = None
-        with step_commit():
-            if isinstance(result, Succeeded):
-                _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
-                chained = dispatch_next(run)
-            elif isinstance(result, Failed):
-                _retry_or_fail(
-                    run, token, action, result, expected=TokenState.EXECUTING, operation=key
-                )
-            elif isinstance(result, Pending):
-                operation_observe(key=key, state=OperationState.PENDING, fence=run.fence)
-                run.update_token(
-                    token,
-                    TokenState.EXECUTING,
-                    state=TokenState.READY,
-                    poll=token.poll + 1,
-                    wait_kind=WaitKind.POLL,
-                    not_before=after_seconds(_poll_delay(result)),
-                    reason="the provider is working on it; polling again later",
-                )
-                run.flush(Router(run))  # waiting, unless another branch can run now
-            else:
-                reason = (
-                    result.reason
-                    if isinstance(result, Unknown)
-                    else (f"the provider returned {type(result).__name__}, not a result")
-                )
-                _unknown(run, token, key, reason)
-            run.release_if_ended()
-        run.chained = chained
-    except ChainBroken as exc:
-        _chain_broken(run, token, exc)
+            run.reload()
+            fresh = run.active.get(token.pk)
+            if fresh is None or fresh.state != TokenState.EXECUTING:
+                raise
+            token = fresh
+
+
+def _settle_commit(run, token, node, action, key, result) -> None:
+    chained = None
+    with step_commit():
+        if isinstance(result, Succeeded):
+            _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
+            chained = dispatch_next(run)
+        elif isinstance(result, Failed):
+            _retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING, operation=key)
+        elif isinstance(result, Pending):
+            operation_observe(key=key, state=OperationState.PENDING, fence=run.fence)
+            run.update_token(
+                token,
+                TokenState.EXECUTING,
+                state=TokenState.READY,
+                poll=token.poll + 1,
+                wait_kind=WaitKind.POLL,
+                not_before=after_seconds(_poll_delay(result)),
+                reason="the provider is working on it; polling again later",
+            )
+            run.flush(Router(run))  # waiting, unless another branch can run now
+        else:
+            reason = (
+                result.reason
+                if isinstance(result, Unknown)
+                else (f"the provider returned {type(result).__name__}, not a result")
+            )
+            _unknown(run, token, key, reason)
+        run.release_if_ended()
+    run.chained = chained
 
 
 MAX_DELAY = 86400.0
