@@ -413,3 +413,38 @@ def test_external_task_completes_with_the_workers_result():
     external_complete(instance_id=instance.pk, token_id=token.pk, payload={"pages": 4})
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED and instance.variables["pages"] == 4
+
+
+def test_a_branch_whose_route_failed_keeps_the_instance_from_completing_later():
+    """Branch a completes but cannot route on; branch b reaches the end in a later run.
+
+    Nothing of branch a is active any more, yet it never finished: the instance stays
+    blocked with the route's reason instead of completing.
+    """
+    doc = graph(
+        [
+            node("s", "start"),
+            node("split", "parallel_split"),
+            action("a"),
+            node("g", "exclusive"),
+            action("b"),
+            node("e", "end"),
+        ],
+        [
+            ("s", "split"),
+            ("split", "a"),
+            ("split", "b"),
+            ("a", "g"),
+            ("g", "e", {"var": "missing", "op": "exists"}),
+            ("b", "e"),
+        ],
+    )
+    effects.SCRIPT["alpha.write"] = [None, Pending(poll_after=60)]  # a: done; b: polls
+    instance = drive(start(doc))
+    assert instance.status == InstanceStatus.BLOCKED
+    assert token_of(instance, "b").state == TokenState.READY  # polling its provider
+    make_due(token_of(instance, "b"))
+    instance = drive(instance)
+    assert token_of(instance, "b").state == TokenState.COMPLETED
+    assert instance.status == InstanceStatus.BLOCKED, "completed although branch a never did"
+    assert "gateway 'g'" in instance.reason

@@ -26,7 +26,8 @@ savepoint: the ledger's and the fenced writes join the step's transaction
 not by a query. A run adds, around its steps: acquiring the lease and loading the
 instance and its active tokens (3 statements, one commit); the first step's dispatch in
 its own commit when nothing before it in this run made it ready; releasing the lease,
-in the commit that ended the instance (1 statement), or else in a commit of its own that
+in the commit that ended the instance (1 statement, and 1 to make sure no other branch
+is stuck), or else in a commit of its own that
 also checks for work released meanwhile (2 statements). The last step inserts no next
 token.
 """
@@ -97,10 +98,11 @@ def test_a_non_atomic_step_costs_eleven_statements_and_one_commit(settings):
     middle = {"STATEMENT": 11, "COMMIT": 1, "BEGIN": 1, "SAVEPOINT": 0}
     assert per_step[:4] == [middle] * 4
     # The last step inserts no next token and dispatches none (10 statements); the
-    # commit that completes the instance also releases the lease (1 statement).
-    assert per_step[4] == {"STATEMENT": 10 + 1, "COMMIT": 2, "BEGIN": 1, "SAVEPOINT": 0}
+    # commit that completes the instance also makes sure no other branch is stuck and
+    # releases the lease (2 statements).
+    assert per_step[4] == {"STATEMENT": 10 + 2, "COMMIT": 2, "BEGIN": 1, "SAVEPOINT": 0}
     # Before the first dispatch: BEGIN, lease, instance, tokens, COMMIT, and its BEGIN.
-    assert totals == {"BEGIN": 7, "COMMIT": 7, "SAVEPOINT": 0, "STATEMENT": 3 + 44 + 11}
+    assert totals == {"BEGIN": 7, "COMMIT": 7, "SAVEPOINT": 0, "STATEMENT": 3 + 44 + 12}
 
 
 def test_the_start_node_commit_carries_the_first_dispatch():

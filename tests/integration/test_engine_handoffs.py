@@ -257,3 +257,30 @@ def test_a_cancelled_instance_stays_cancelled(requester, approver, operator):
     assert instance.status == InstanceStatus.CANCELLED
     assert token_of(instance, "a").state == TokenState.FAILED
     assert effects.effects() == []
+
+
+def test_an_absent_effect_in_one_branch_keeps_the_instance_from_completing(requester, approver):
+    """Branch a's effect is recorded absent (awaiting a deliberate retry) while branch b,
+    polling its provider, reaches the end later: the instance stays blocked."""
+    from tests.engine_helpers import graph, node
+
+    doc = graph(
+        [
+            node("s", "start"),
+            node("split", "parallel_split"),
+            action("a"),
+            action("b"),
+            node("e", "end"),
+        ],
+        [("s", "split"), ("split", "a"), ("split", "b"), ("a", "e"), ("b", "e")],
+    )
+    effects.SCRIPT["alpha.write"] = ["raise_after", Pending(poll_after=60)]
+    instance = drive(start(doc))
+    assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
+    decide(instance, "effect_absent", requester, approver)
+    make_due(token_of(instance, "b"))
+    instance = drive(instance)
+    assert token_of(instance, "b").state == TokenState.COMPLETED
+    assert token_of(instance, "a").state == TokenState.FAILED
+    assert instance.status == InstanceStatus.BLOCKED, "completed with an effect absent"
+    assert instance.reason.startswith("Effect absent")

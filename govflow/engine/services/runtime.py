@@ -253,6 +253,10 @@ class Run:
             # A step blocked earlier in this run is still stuck (it is not tried again in
             # this run), so another branch moving on must not hide it.
             new_status, reason = InstanceStatus.BLOCKED, self.block_reason
+        if status is None and new_status == InstanceStatus.COMPLETED:
+            stuck = self.stuck_reason()
+            if stuck:
+                new_status, reason = InstanceStatus.BLOCKED, stuck
         values: dict[str, Any] = {
             "variables": self.instance.variables,
             "next_ordinal": self.instance.next_ordinal,
@@ -267,6 +271,27 @@ class Run:
         fenced_update_row(Instance, pk=self.instance.pk, fence=self.fence, values=values)
         self.instance.status = new_status
         router.pending = type(pending)()
+
+    def stuck_reason(self) -> str:
+        """Why a branch that is no longer active still needs an operator, or ''.
+
+        Asked only when nothing is left active: a step whose effect was recorded absent
+        (failed, awaiting a deliberate retry) or a step whose route out failed (an open
+        route incident) in one parallel branch must keep the instance from completing
+        when another branch reaches its end. One statement, once per instance.
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT reason FROM {Token._meta.db_table} WHERE instance_id = %s "
+                "AND state = %s UNION ALL "
+                f"SELECT message FROM {Incident._meta.db_table} WHERE instance_id = %s "
+                "AND kind = %s AND resolved_at IS NULL",
+                [self.instance.pk, TokenState.FAILED.value, self.instance.pk, "route"],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return ""
+        return f"Another branch ended, but this one needs an operator: {row[0]}"[:2000]
 
     def incident(self, token: Token | None, kind: str, message: str, *, once: bool = False) -> None:
         """Open an engine incident; with ``once``, not while the same one is still open."""
