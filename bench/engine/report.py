@@ -265,12 +265,36 @@ def evaluate(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 ratio >= TARGET_SPEEDUP,
             )
         )
+    # Three readings of "commits per non-atomic step", strictest last: the engine's own
+    # commits (one instance in-process, lease included), the transactions at the server
+    # that wrote anything (django-q2's queue and the sweeper included), and every
+    # transaction at the server (read-only ones and django-q2's health checks included).
+    one = r["govflow_tput"][0].get("one_instance")
+    if one:
+        engine = one["run_commits"] / 5
+        targets.append(
+            (
+                "commits per non-atomic step, the engine's own",
+                f"{engine:.2f} (one instance in-process)",
+                f"<= {TARGET_COMMITS:g}",
+                engine <= TARGET_COMMITS,
+            )
+        )
+    wrote = max(gfr["per_step"]["write_commits"] for gfr in r["govflow_tput"])
+    targets.append(
+        (
+            "commits per step at the server, writing ones",
+            f"{wrote:.2f} (worst run)",
+            f"<= {TARGET_COMMITS:g} (+0.05)",
+            wrote <= TARGET_COMMITS + 0.05,
+        )
+    )
     worst = max(gfr["per_step"]["commits"] for gfr in r["govflow_tput"])
     targets.append(
         (
-            "commits per non-atomic step (xact_commit)",
+            "commits per step at the server, all (xact_commit)",
             f"{worst:.2f} (worst run)",
-            f"{TARGET_COMMITS:g} (+0.05)",
+            f"<= {TARGET_COMMITS:g} (+0.05)",
             worst <= TARGET_COMMITS + 0.05,
         )
     )
