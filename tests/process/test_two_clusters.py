@@ -12,7 +12,6 @@ import time
 from collections import Counter, defaultdict
 
 import pytest
-from django_q.models import Task
 
 from govflow.engine.models import Instance, InstanceStatus, Token, TokenState
 from govflow.engine.queue import ADVANCE, enqueue_many
@@ -163,12 +162,14 @@ def test_two_clusters_and_triple_deliveries_complete_every_instance_exactly_once
     # nothing left to do.
     per_cluster = [c.tasks_processed(ADVANCE) for c in clusters]
     assert all(n > 0 for n in per_cluster), per_cluster
-    results = [t.result for t in Task.objects.filter(func=ADVANCE)]
-    ran = sum(1 for r in results if isinstance(r, dict) and r.get("steps"))
-    held = sum(1 for r in results if isinstance(r, dict) and r.get("skipped"))
+    # Successful task results are not stored (save_limit -1): the clusters' logs say how
+    # many deliveries found the instance lease held by the other cluster.
+    held = sum(
+        c.log_path.read_text(errors="replace").count("lease held by another worker")
+        for c in clusters
+    )
     print(
         f"\n[{INSTANCES} instances x {len(STEPS)} steps completed in {elapsed:.1f} s, queue "
-        f"drained in {drained:.1f} s; advance tasks "
-        f"per cluster {per_cluster}; {ran} made progress, {held} found the lease held, "
-        f"{len(results) - ran - held} found nothing to do]"
+        f"drained in {drained:.1f} s; advance tasks per cluster {per_cluster}; {held} "
+        "found the lease held by the other cluster]"
     )
