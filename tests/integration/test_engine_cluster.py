@@ -143,15 +143,14 @@ def test_the_sweeper_thread_fires_due_timers_and_releases_its_lease_when_stopped
     Timer.objects.update(due_at=Now())
     OrmQ.objects.all().delete()
     fired = threading.Event()
-    real = sweep.timers_fire
+    real = sweep.fired_queue
 
-    def timers_fire(**kwargs):
-        count = real(**kwargs)
-        if count:
+    def fired_queue(instance_ids):
+        real(instance_ids)
+        if instance_ids:
             fired.set()
-        return count
 
-    monkeypatch.setattr(sweep, "timers_fire", timers_fire)
+    monkeypatch.setattr(sweep, "fired_queue", fired_queue)
     stop = threading.Event()
     thread = SweeperThread(stop_event=stop)
     thread.start()

@@ -89,7 +89,9 @@ def test_due_timers_fire_in_one_batch_with_a_fixed_number_of_statements():
         }
         assert sorted(queued_instances()) == sorted(ids), "one advance task per instance"
         assert not Instance.objects.filter(pk__in=ids, enqueued_at__isnull=True).exists()
-    assert len(statements[3]) == len(statements[300]) <= 8, statements
+    # Two commits (the facts, then the tasks): on PostgreSQL 3 statements, on SQLite 5,
+    # plus a savepoint pair per commit inside this test's transaction.
+    assert len(statements[3]) == len(statements[300]) <= 10, statements
 
 
 def test_a_full_batch_leaves_the_rest_for_the_next_one():
@@ -216,10 +218,11 @@ def test_the_sweeper_fires_a_burst_batch_after_batch_without_pausing(monkeypatch
     settings.GOVFLOW_SWEEP_TICK = 5  # a pause after a full batch would show
     ids = waiting_on_timers(12)
     stop = threading.Event()
-    stop_after_passes(monkeypatch, stop, passes=3)
+    stop_after_passes(monkeypatch, stop, passes=1)
     began = time.monotonic()
     stats = Sweeper(stop=stop).run(standby=True)
-    assert stats["timers"] == 12 and stats["passes"] == 3
+    # One pass fires the whole burst (5, 5, 2: a commit each), then queues it.
+    assert stats["timers"] == 12 and stats["passes"] == 1
     assert time.monotonic() - began < 4
     assert sorted(queued_instances()) == sorted(ids)
 
@@ -335,3 +338,25 @@ def test_a_stale_sweeper_expires_nobodys_lease(settings):
     with pytest.raises(api.StaleFence):
         sweep.dead_holders_expire(fence=old)
     assert Lease.objects.filter(key=dead.key, expires_at__gt=Now()).exists()
+
+
+def test_instances_whose_timers_fired_are_queued_even_if_the_sweeper_stopped_between(
+    monkeypatch, settings
+):
+    """The facts commit first; if the tasks never follow, the next pass queues them."""
+    settings.GOVFLOW_REENQUEUE_AFTER = 3600
+    ids = waiting_on_timers(3)
+    fence = sweeper_fence()
+
+    def killed(instance_ids):
+        raise RuntimeError("the sweeper died here")
+
+    monkeypatch.setattr(sweep, "fired_queue", killed)
+    with pytest.raises(RuntimeError):
+        timers_fire(fence=fence)
+    assert queued_instances() == []
+    assert set(Timer.objects.values_list("state", flat=True)) == {"fired"}
+    assert Instance.objects.filter(pk__in=ids, enqueued_at__isnull=True).count() == 3
+    monkeypatch.undo()
+    assert instances_requeue(fence=fence) == 3
+    assert sorted(queued_instances()) == sorted(ids)

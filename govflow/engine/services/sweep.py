@@ -38,7 +38,7 @@ from recovery.models import Lease
 
 from ..liveness import holder_is_dead, host_id
 from ..models import Instance, InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
-from ..queue import enqueue_many, enqueue_sweep
+from ..queue import BULK_BATCH, enqueue_many, enqueue_sweep
 from .runtime import step_commit, worker_name
 from .triggers import delivery_consume
 
@@ -82,7 +82,9 @@ def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
       fires it. A locked row was re-checked by the lock, so it is still scheduled and due.
     - ``fired`` updates them with the fence condition inside the UPDATE: a stale sweeper's
       statement changes nothing at all.
-    - ``ready`` makes their tokens ready. Both UPDATEs find their rows by primary key only
+    - ``ready`` makes their tokens ready; ``unqueued`` clears their instances'
+      ``enqueued_at`` ("needs a task": see :func:`timers_fire`). The UPDATEs find their rows
+      by primary key only
       (``= ANY(ARRAY(…))``): with a join, or a condition on the token's state, the planner
       may scan every waiting token against the batch when its statistics predate a burst
       of new timers (seconds for 10,000 timers). A token that no longer waits on its timer
@@ -90,6 +92,7 @@ def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
     """
     live_sql, live_params = fence_condition(fence)
     timer, token = Timer._meta.db_table, Token._meta.db_table
+    instance = Instance._meta.db_table
     waits_on_timer = "state = %s AND wait_kind = %s"
     sql = (
         f"WITH due AS ("
@@ -105,6 +108,9 @@ def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
         f"    updated_at = CASE WHEN {waits_on_timer}"
         f"      THEN STATEMENT_TIMESTAMP() ELSE updated_at END"
         f"  WHERE id = ANY(ARRAY(SELECT token_id FROM fired))"
+        f"), unqueued AS ("
+        f"  UPDATE {instance} SET enqueued_at = NULL"
+        f"  WHERE id = ANY(ARRAY(SELECT instance_id FROM fired))"
         f") SELECT instance_id FROM fired"
     )
     waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
@@ -141,16 +147,27 @@ def _fire_orm(fence: Fence, limit: int) -> list[int]:
     Token.objects.filter(
         pk__in=[d[1] for d in due], state=TokenState.WAITING, wait_kind=WaitKind.TIMER
     ).update(state=TokenState.READY, updated_at=Now())
+    Instance.objects.filter(pk__in=[d[2] for d in due]).update(enqueued_at=None)
     return [d[2] for d in due]
 
 
 def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
-    """Fire up to ``limit`` due timers (database clock) in one fenced commit.
+    """Fire up to ``limit`` due timers (database clock), then queue their instances.
 
-    The timers, their tokens and one queued ``advance`` task per instance commit together;
-    a handful of statements whatever the number. Raises :class:`StaleFence` (changing
+    Two commits. The first records the facts — timers fired, tokens ready, and each
+    instance's ``enqueued_at`` cleared, meaning "needs a task" — in a statement or two
+    whatever the number; the second queues one ``advance`` task per instance. A sweeper
+    that stops between the two leaves nothing stranded: the next requeue pass queues every
+    runnable instance whose ``enqueued_at`` is empty. Raises :class:`StaleFence` (changing
     nothing) when ``fence`` is no longer the sweeper's live lease.
     """
+    instance_ids = timers_fire_only(fence=fence, limit=limit)
+    fired_queue(instance_ids)
+    return len(instance_ids)
+
+
+def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
+    """The first commit of :func:`timers_fire`: fire, ready, mark unqueued; the instances."""
     limit = timer_batch() if limit is None else limit
     with step_commit():
         if connection.vendor == "postgresql":
@@ -159,9 +176,14 @@ def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
             instance_ids = _fire_orm(fence, limit)
         if not instance_ids:
             _require_live(fence, "fire timers")
-            return 0
-        enqueue_many(instance_ids)
-    return len(instance_ids)
+    return instance_ids
+
+
+def fired_queue(instance_ids: list[int]) -> None:
+    """Queue the instances of fired timers, a bulk INSERT per commit."""
+    for start in range(0, len(instance_ids), BULK_BATCH):
+        with step_commit():
+            enqueue_many(instance_ids[start : start + BULK_BATCH])
 
 
 def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
@@ -385,11 +407,21 @@ class Sweeper:
     def _sweep(self, fence: Fence, deadline: float | None) -> None:
         last_full = last_requeue = -self.full_every
         while True:
-            fired = timers_fire(fence=fence, limit=self.batch)
+            # A burst of due timers is fired batch after batch first (a commit each, the
+            # facts only), for up to a quarter of the lease; then their instances are
+            # queued. A full last batch means more are due: the next pass goes on at once.
+            began, fired_ids, full = time.monotonic(), [], False
+            while True:
+                batch = timers_fire_only(fence=fence, limit=self.batch)
+                fired_ids.extend(batch)
+                full = len(batch) >= self.batch
+                if not full or time.monotonic() - began > self.ttl / 4:
+                    break
+            fired_queue(fired_ids)
+            fired = len(fired_ids)
             self.stats["timers"] += fired
-            # A full batch means more timers are due: fire them first, and look for stuck
-            # work between batches only once a second while the burst lasts.
-            if fired < self.batch or time.monotonic() - last_requeue >= 1.0:
+            # Look for stuck work between bursts only once a second while they last.
+            if not full or time.monotonic() - last_requeue >= 1.0:
                 self.stats["dead"] += dead_holders_expire(fence=fence)
                 self.stats["requeued"] += instances_requeue(fence=fence)
                 last_requeue = time.monotonic()
@@ -401,7 +433,7 @@ class Sweeper:
             if deadline is not None and time.monotonic() >= deadline:
                 self.ended = "duration"
                 return
-            if self.stop.is_set() or (fired < self.batch and self.stop.wait(self.tick)):
+            if self.stop.is_set() or (not full and self.stop.wait(self.tick)):
                 self.ended = "stopped"
                 return
 
