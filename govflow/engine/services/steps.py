@@ -11,7 +11,6 @@ from typing import Any
 
 import jsonschema
 from django.contrib.auth import get_user_model
-from django.db.models.functions import Now
 
 from recovery.api import (
     CanonicalError,
@@ -557,4 +556,3 @@ __all__ = [
     "settle_from_operation",
     "subject_of",
 ]
-_ = Now

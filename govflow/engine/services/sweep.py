@@ -293,21 +293,6 @@ def claimed_tasks_release() -> int:
     return released
 
 
-def sweep_once(*, fence: Fence) -> dict[str, int]:
-    return {
-        "timers": timers_fire(fence=fence),
-        "dead": dead_holders_expire(fence=fence),
-        "requeued": instances_requeue(fence=fence),
-        "deliveries": deliveries_retry(),
-    }
-
-
-def sweeper_lease_left() -> float | None:
-    """Seconds of database time left on the live sweeper lease; None if nobody holds it."""
-    lease = _sweeper_lease()
-    return None if lease is None else lease[0]
-
-
 def _sweeper_lease() -> tuple[float, Fence] | None:
     row = (
         Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
