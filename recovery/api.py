@@ -19,16 +19,27 @@ from .errors import (
     EvidenceRejected,
     InputFingerprintMismatch,
     IntegrityIncidentOpen,
+    IntegrityViolation,
     InvalidTransition,
     LeaseHeld,
+    LedgerDisagrees,
     OperationExists,
     OperationNotFound,
+    ProjectionMismatch,
     RecoveryError,
     RecoveryValidationError,
     RevisionRollback,
     StaleFence,
 )
 from .keys import idempotency_key, operation_key
+from .projections import (
+    incident_open_sql,
+    projection_fingerprint,
+    projection_head_sql,
+    projection_read,
+    projection_record,
+    projection_register,
+)
 from .services.decisions import decision_approve, decision_reject, decision_request
 from .services.incidents import incident_open, incident_reverify, subject_verify
 from .services.leases import (
@@ -43,11 +54,14 @@ from .services.leases import (
     lease_renew,
 )
 from .services.operations import (
+    SETTLED_FOR_A_NEW_ATTEMPT,
+    EffectOperation,
     RecordedOperation,
     operation_check_input,
     operation_dispatch,
     operation_observe,
     operation_record,
+    operations_for_effect,
 )
 from .states import (
     TERMINAL,
@@ -61,6 +75,7 @@ from .states import (
 from .subjects import Subject
 
 __all__ = [
+    "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
     "TRANSITIONS",
     "CanonicalError",
@@ -73,17 +88,21 @@ __all__ = [
     "DecisionError",
     "DecisionKind",
     "DecisionState",
+    "EffectOperation",
     "EmptyNonce",
     "EvidenceRejected",
     "Fence",
     "FingerprintKind",
     "InputFingerprintMismatch",
     "IntegrityIncidentOpen",
+    "IntegrityViolation",
     "InvalidTransition",
     "LeaseHeld",
+    "LedgerDisagrees",
     "OperationExists",
     "OperationNotFound",
     "OperationState",
+    "ProjectionMismatch",
     "RecordedOperation",
     "RecoveryError",
     "RecoveryMode",
@@ -106,6 +125,7 @@ __all__ = [
     "fingerprint_value",
     "idempotency_key",
     "incident_open",
+    "incident_open_sql",
     "incident_reverify",
     "insert_row",
     "joined",
@@ -119,6 +139,12 @@ __all__ = [
     "operation_key",
     "operation_observe",
     "operation_record",
+    "operations_for_effect",
+    "projection_fingerprint",
+    "projection_head_sql",
+    "projection_read",
+    "projection_record",
+    "projection_register",
     "revision_require",
     "subject_revision",
     "subject_verify",

@@ -32,6 +32,7 @@ class FingerprintKind(enum.StrEnum):
     OPERATION_KEY = "operation-key"
     RESULT = "result"
     FACT = "checkpoint-fact"
+    PROJECTION = "projection"
 
 
 _PREFIX = {kind: f"recovery:v1:{kind.value}\x00".encode() for kind in FingerprintKind}

@@ -86,12 +86,24 @@ def read_head(cursor, subject: Subject) -> Head:
     return Head(row[0], row[1]) if row else EMPTY
 
 
-def append(cursor, subject: Subject, head: Head, kind: str, fact: dict[str, Any]) -> Head:
+def append(
+    cursor,
+    subject: Subject,
+    head: Head,
+    kind: str,
+    fact: dict[str, Any],
+    projection_fp: str = "",
+) -> Head:
     """Append one checkpoint after ``head`` (internal: the caller holds a transaction).
 
     The unique (subject, seq) constraint is the compare-and-swap: if another writer
     appended first, this raises :class:`ChainConflict` and the transaction rolls back.
+    ``projection_fp``, when given, is the fingerprint of the subject's projection (the
+    owner's rows, e.g. an instance's variables and steps) as this checkpoint leaves it; it
+    is part of the fact, so the chain covers it.
     """
+    if projection_fp:
+        fact = {**fact, "projection": projection_fp}
     keys = chain_keys()
     key = keys.keys[keys.active_id]
     fact_bytes = canonical_bytes(fact)
@@ -101,8 +113,8 @@ def append(cursor, subject: Subject, head: Head, kind: str, fact: dict[str, Any]
     try:
         cursor.execute(
             f"INSERT INTO {_CP} (subject_type, subject_id, seq, kind, fact, fact_fp, "
-            f"prev_link, link, key_id, recorded_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
+            f"prev_link, link, key_id, projection_fp, recorded_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
             [
                 subject.type,
                 subject.id,
@@ -113,6 +125,7 @@ def append(cursor, subject: Subject, head: Head, kind: str, fact: dict[str, Any]
                 head.link,
                 link,
                 keys.active_id,
+                projection_fp,
             ],
         )
     except IntegrityError as exc:
@@ -132,6 +145,10 @@ class Verification:
     length: int
     position: int | None = None
     reason: str = ""
+    projection: str = ""
+    """The newest projection fingerprint the chain records ('' when none)."""
+    projection_seq: int = 0
+    """The checkpoint that recorded it."""
 
     def __str__(self) -> str:
         if self.ok:
@@ -139,18 +156,30 @@ class Verification:
         return f"{self.subject}: BROKEN at #{self.position}: {self.reason}"
 
 
+@dataclass
+class _Replayed:
+    ops: dict[str, dict[str, Any]]
+    length: int = 0
+    projection: str = ""
+    projection_seq: int = 0
+    failure: Verification | None = None
+
+
 def _replay(
     subject: Subject, checkpoints: Iterable[Sequence[Any]], watermark: int | None
-) -> tuple[dict[str, dict[str, Any]], int, Verification | None]:
+) -> _Replayed:
     keys = chain_keys()
-    ops: dict[str, dict[str, Any]] = {}
+    replayed = _Replayed(ops={})
+    ops = replayed.ops
     prev = GENESIS_LINK
     length = 0
 
-    def broken(position: int, reason: str):
-        return ops, length, Verification(subject, False, length, position, reason)
+    def broken(position: int, reason: str) -> _Replayed:
+        replayed.length = length
+        replayed.failure = Verification(subject, False, length, position, reason)
+        return replayed
 
-    for seq, kind, fact, fact_fp, prev_link, link, key_id in checkpoints:
+    for seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp in checkpoints:
         expected = length + 1
         if seq != expected:
             return broken(expected, f"checkpoint #{expected} is missing (next is #{seq})")
@@ -182,8 +211,16 @@ def _replay(
                 f"checkpoint #{seq}'s link does not verify with key "
                 f"{key_id!r} (rewritten or re-hashed without the key)",
             )
+        if parsed.get("projection", "") != projection_fp:
+            return broken(
+                seq,
+                f"checkpoint #{seq}'s projection column does not match its fact "
+                "(changed behind the chain's back)",
+            )
         prev = link
         length = seq
+        if projection_fp:
+            replayed.projection, replayed.projection_seq = projection_fp, seq
         problem = _apply(ops, seq, kind, parsed)
         if problem:
             return broken(seq, problem)
@@ -193,7 +230,8 @@ def _replay(
             f"the chain ends at #{length} but #{watermark} was seen "
             "before: checkpoints were removed from its end",
         )
-    return ops, length, None
+    replayed.length = length
+    return replayed
 
 
 def _apply(ops: dict[str, dict[str, Any]], seq: int, kind: str, fact: dict[str, Any]) -> str:
@@ -279,7 +317,7 @@ def compare(
 
 def load_checkpoints(cursor, subject: Subject) -> list[Sequence[Any]]:
     cursor.execute(
-        f"SELECT seq, kind, fact, fact_fp, prev_link, link, key_id FROM {_CP} "
+        f"SELECT seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp FROM {_CP} "
         "WHERE subject_type = %s AND subject_id = %s ORDER BY seq",
         [subject.type, subject.id],
     )
@@ -300,25 +338,67 @@ def verify_rows(
     operations: Iterable[Sequence[Any]],
     watermark: int | None = None,
 ) -> Verification:
-    ops, length, failure = _replay(subject, checkpoints, watermark)
-    if failure is not None:
-        return failure
-    return compare(subject, ops, operations, length)
+    replayed = _replay(subject, checkpoints, watermark)
+    if replayed.failure is not None:
+        return replayed.failure
+    result = compare(subject, replayed.ops, operations, replayed.length)
+    if not result.ok:
+        return result
+    return Verification(
+        subject,
+        True,
+        replayed.length,
+        projection=replayed.projection,
+        projection_seq=replayed.projection_seq,
+    )
+
+
+VERIFY_ATTEMPTS = 5
 
 
 def chain_verify(subject: Subject, *, watermark: int | None = None) -> Verification:
-    """Recompute ``subject``'s chain and compare it with its operation rows.
+    """Recompute ``subject``'s chain and compare it with its rows and its projection.
+
+    The operation rows are compared with the replayed chain; the projection (the rows of
+    the subject's owner, read by the reader registered for its type with
+    :func:`recovery.projections.projection_register`) is compared with the newest
+    projection fingerprint the chain recorded. Chain and projection are read optimistically:
+    if the chain moved while they were read, they are read again, so a commit landing in
+    between is never mistaken for tampering.
 
     Returns a :class:`Verification`: ok, or the first broken position and why. This is a
     read; opening an incident is :func:`recovery.services.incidents.subject_verify`.
     """
-    with connection.cursor() as cursor:
-        return verify_rows(
+    from .projections import projection_read
+
+    for _ in range(VERIFY_ATTEMPTS):
+        with connection.cursor() as cursor:
+            before = read_head(cursor, subject)
+            result = verify_rows(
+                subject,
+                load_checkpoints(cursor, subject),
+                load_operations(cursor, subject),
+                watermark,
+            )
+            if not result.ok or not result.projection:
+                return result
+            current = projection_read(subject)
+            if read_head(cursor, subject) != before:
+                continue  # a commit landed meanwhile: read both again
+        if current is None or current == result.projection:
+            return result
+        return Verification(
             subject,
-            load_checkpoints(cursor, subject),
-            load_operations(cursor, subject),
-            watermark,
+            False,
+            result.length,
+            result.projection_seq,
+            f"the projection of {subject} (its variables or step states) differs from the "
+            f"one checkpoint #{result.projection_seq} recorded: changed behind the chain's back",
         )
+    raise ChainConflict(
+        f"{subject} kept changing while it was verified ({VERIFY_ATTEMPTS} attempts); "
+        "nothing was concluded: verify it again when it is quiet."
+    )
 
 
 def subject_revision(subject: Subject) -> int:

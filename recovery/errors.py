@@ -1,8 +1,14 @@
 """Typed errors of the recovery core.
 
 Every error says what happened, what it means and what to do. Views map
-:class:`ConflictError` subclasses to HTTP 409 and :class:`RecoveryValidationError`
-subclasses to HTTP 400.
+:class:`ConflictError` subclasses to HTTP 409, :class:`RecoveryValidationError`
+subclasses to HTTP 400, and :class:`IntegrityViolation` subclasses to HTTP 423 (locked:
+nothing moves until an integrity incident is resolved).
+
+An :class:`IntegrityViolation` is never a :class:`ConflictError`: a conflict means
+"someone else moved first, reload and carry on"; an integrity violation means "the stored
+facts contradict each other or were changed behind the ledger's back" and must stop the
+subject for a person, never be retried away.
 """
 
 from __future__ import annotations
@@ -71,7 +77,11 @@ class ChainConflict(ConflictError):
     """Another writer appended to the subject's checkpoint chain first."""
 
 
-class ChainBroken(ConflictError):
+class IntegrityViolation(RecoveryError):
+    """Stored facts contradict each other; the subject stops until an incident is resolved."""
+
+
+class ChainBroken(IntegrityViolation):
     """The subject's checkpoint chain does not verify; success is refused.
 
     ``result`` is the :class:`recovery.chain.Verification` that failed.
@@ -82,11 +92,29 @@ class ChainBroken(ConflictError):
         super().__init__(message)
 
 
-class IntegrityIncidentOpen(ConflictError):
-    """An open integrity incident on the subject blocks success until re-verification."""
+class IntegrityIncidentOpen(IntegrityViolation):
+    """An open integrity incident on the subject blocks new effects and every success."""
 
 
-class RevisionRollback(ConflictError):
+class LedgerDisagrees(IntegrityViolation):
+    """The ledger's last operation for an effect contradicts what the caller asked for.
+
+    Raised by the dispatch write when the effect's idempotency key already has an
+    operation that is in flight, of unknown outcome, or succeeded: a new dispatch would
+    guess. ``operation`` is that operation's key and ``state`` its state.
+    """
+
+    def __init__(self, message: str, *, operation: str = "", state: str = "") -> None:
+        self.operation = operation
+        self.state = state
+        super().__init__(message)
+
+
+class ProjectionMismatch(IntegrityViolation):
+    """The subject's projection (the engine's rows) differs from the one last checkpointed."""
+
+
+class RevisionRollback(IntegrityViolation):
     """The stored state is older than a revision the reader has already seen."""
 
 

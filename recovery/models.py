@@ -85,6 +85,12 @@ class Checkpoint(models.Model):
     prev_link = models.CharField(**FP)
     link = models.CharField(**FP)
     key_id = models.CharField(max_length=32)
+    projection_fp = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="The owner's projection fingerprint as this checkpoint left it (in the fact).",
+    )
     recorded_at = models.DateTimeField()
 
     class Meta:

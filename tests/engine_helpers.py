@@ -59,6 +59,19 @@ def subject(instance: Instance) -> api.Subject:
     return api.Subject("govflow.instance", str(instance.pk))
 
 
+def as_if_the_engine_wrote_it(instance: Instance) -> None:
+    """Record the instance's stored rows in its chain, as an engine commit would have.
+
+    For tests that reach a state a crash could leave by editing rows directly: without
+    this, the edit is (rightly) an integrity incident (invariant I12).
+    """
+    from govflow.engine.projection import stored_projection
+
+    api.projection_record(
+        subject=subject(instance), projection_fp=stored_projection(str(instance.pk))
+    )
+
+
 def chain_ok(instance: Instance) -> bool:
     return api.chain_verify(subject(instance)).ok
 

@@ -9,6 +9,8 @@ from govflow.engine.models import Instance
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
 from govflow.engine.services.runtime import instance_run
+from recovery import api
+from recovery.models import IntegrityIncident
 
 _versions = itertools.count(1)
 
@@ -50,4 +52,23 @@ def drive(instance: Instance, *, rounds: int = 20) -> Instance:
         if report.steps == 0 and not report.more:
             break
     instance.refresh_from_db()
+    _projection_recorded(instance)
     return instance
+
+
+def _projection_recorded(instance: Instance) -> None:
+    """Every engine commit leaves its projection in the chain (invariant I12).
+
+    Checked after every driven instance, so a commit path that forgets to record it fails
+    the test that takes it, not a later verification in production. Tests that edit rows
+    on purpose find an open integrity incident instead.
+    """
+    subject = api.Subject("govflow.instance", str(instance.pk))
+    result = api.chain_verify(subject)
+    if result.ok or "projection of" not in result.reason:
+        return
+    if IntegrityIncident.objects.filter(
+        subject_type=subject.type, subject_id=subject.id, status="open"
+    ).exists():
+        return
+    raise AssertionError(f"The engine left its projection unrecorded: {result}")

@@ -8,7 +8,12 @@ class EngineConfig(AppConfig):
     verbose_name = "Workflow engine"
 
     def ready(self) -> None:
+        from recovery.api import projection_register
+
         from . import checks  # noqa: F401  (registers the system checks)
+        from .projection import SUBJECT_TYPE, stored_projection
         from .signals import ensure_sweep_schedule
+
+        projection_register(SUBJECT_TYPE, stored_projection)
 
         post_migrate.connect(ensure_sweep_schedule, sender=self)

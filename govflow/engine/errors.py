@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.api import ConflictError, RecoveryValidationError
+from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
 
 class EngineError(Exception):
@@ -23,3 +23,7 @@ class DefinitionConflict(EngineConflict):
 
 class NotPermitted(InvalidRequest):
     """The actor lacks the permission this change needs."""
+
+
+class IntegrityStop(EngineError, IntegrityViolation):
+    """The instance is stopped by an integrity incident; nothing was changed."""

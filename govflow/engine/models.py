@@ -197,3 +197,36 @@ class Incident(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on instance {self.instance_id}"
+
+
+class KeptAnswer(models.Model):
+    """A provider's answer that arrived when the ledger could not record it.
+
+    A success is refused while an integrity incident is open on the instance (or its chain
+    is broken). The provider did answer, so the answer is kept here — with the output the
+    next steps need — and recorded through the normal path once the incident is resolved;
+    the step is never turned into ``outcome_unknown`` for it.
+    """
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        PENDING = "pending", "Pending"
+        UNKNOWN = "unknown", "Not conclusive"
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="kept_answers")
+    token = models.ForeignKey(Token, on_delete=models.CASCADE, related_name="+")
+    operation_key = models.CharField(max_length=80, unique=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    output = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    permanent = models.BooleanField(default=False)
+    poll_after = models.FloatField(null=True, blank=True)
+    received_at = models.DateTimeField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "engine_kept_answer"
+
+    def __str__(self) -> str:
+        return f"Kept answer ({self.outcome}) for {self.operation_key[:15]}…"

@@ -32,6 +32,7 @@ from ..errors import (
     InputFingerprintMismatch,
     IntegrityIncidentOpen,
     InvalidTransition,
+    LedgerDisagrees,
     OperationExists,
     OperationNotFound,
     RecoveryValidationError,
@@ -44,14 +45,23 @@ from ..subjects import Subject
 from .leases import Fence, fence_condition
 
 __all__ = [
+    "EffectOperation",
     "RecordedOperation",
     "operation_dispatch",
     "operation_observe",
     "operation_record",
+    "operations_for_effect",
 ]
 
 S = OperationState
 SUCCESS = frozenset({S.SUCCEEDED, S.EFFECT_CONFIRMED})
+SETTLED_FOR_A_NEW_ATTEMPT = frozenset({S.PENDING, S.FAILED, S.EFFECT_ABSENT})
+"""The states an effect's earlier operations may be in when a new one is recorded for it.
+
+Each poll of a pending provider and each retry is a new operation with the same
+idempotency key; anything else — in flight, of unknown outcome, or succeeded — means a new
+dispatch would guess, and the ledger refuses it (invariant I12)."""
+_BLOCKING = tuple(sorted(str(s) for s in S.values if s not in SETTLED_FOR_A_NEW_ATTEMPT))
 _OP = Operation._meta.db_table
 _INC = IntegrityIncident._meta.db_table
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -110,13 +120,20 @@ def operation_record(
     fence: Fence,
     state: str = S.DISPATCHED,
     compensation: bool = False,
+    projection_fp: str = "",
 ) -> RecordedOperation:
     """Record one invocation boundary, with its checkpoint, on the caller's live fence.
 
     ``state`` is ``dispatched`` (the default: this commit is the dispatch boundary) or
     ``prepared`` (held before the boundary, e.g. behind a gate). The key is derived from
-    the fingerprints and ``nonce``. Raises :class:`OperationExists` for a key already
-    recorded and :class:`StaleFence` when the fence is no longer live.
+    the fingerprints and ``nonce``.
+
+    The insert itself checks, like the fence, that the subject has no open integrity
+    incident and that no earlier operation with the same idempotency key is in flight, of
+    unknown outcome or succeeded — so no caller can forget either check. Raises
+    :class:`OperationExists` for a key already recorded, :class:`IntegrityIncidentOpen`,
+    :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
+    ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`).
     """
     for name, value in (
         ("definition_fp", definition_fp),
@@ -157,7 +174,10 @@ def operation_record(
                 "idempotency_fp, result_fp, lease_key, fence, ordinal, state, revision, "
                 "chain_seq, recorded_at, updated_at) "
                 "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
-                f"{d.now}, {d.now} WHERE {fenced_sql}",
+                f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
+                "WHERE subject_type = %s AND subject_id = %s AND status = 'open') "
+                f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
+                f"({', '.join('%s' for _ in _BLOCKING)}))",
                 [
                     key,
                     subject.type,
@@ -176,18 +196,16 @@ def operation_record(
                     state,
                     seq,
                     *fenced_params,
+                    subject.type,
+                    subject.id,
+                    idempotency_fp,
+                    *_BLOCKING,
                 ],
             )
         except IntegrityError as exc:
-            raise OperationExists(
-                f"Operation {key} is already recorded (same definition, step, action, input "
-                "and nonce). A retry needs a new attempt ordinal in its nonce."
-            ) from exc
+            raise _exists(key) from exc
         if cursor.rowcount != 1:
-            raise StaleFence(
-                f"Cannot record operation for {subject}: {fence} is no longer the live lease. "
-                "Nothing was recorded and nothing may be dispatched."
-            )
+            raise _why_not_recorded(cursor, key, subject, idempotency_fp, fence)
         fact = {
             "operation": key,
             "state": state,
@@ -205,8 +223,51 @@ def operation_record(
             "fence": fence.fence,
             "ordinal": ordinal,
         }
-        chain.append(cursor, subject, head, "operation.recorded", fact)
+        chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
     return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+
+
+def _exists(key: str) -> OperationExists:
+    return OperationExists(
+        f"Operation {key} is already recorded (same definition, step, action, input "
+        "and nonce). A retry needs a new attempt ordinal in its nonce."
+    )
+
+
+def _why_not_recorded(cursor, key, subject, idempotency_fp, fence) -> Exception:
+    """Explain a refused dispatch write (failure path only)."""
+    cursor.execute(f"SELECT 1 FROM {_OP} WHERE key = %s", [key])
+    if cursor.fetchone() is not None:
+        return _exists(key)
+    cursor.execute(
+        f"SELECT id FROM {_INC} WHERE subject_type = %s AND subject_id = %s AND status = 'open'",
+        [subject.type, subject.id],
+    )
+    incident = cursor.fetchone()
+    if incident is not None:
+        return IntegrityIncidentOpen(
+            f"{subject} has an open integrity incident (#{incident[0]}); no new effect is "
+            "dispatched for it until the incident is resolved. Nothing was recorded."
+        )
+    cursor.execute(
+        f"SELECT key, state FROM {_OP} WHERE idempotency_fp = %s AND state IN "
+        f"({', '.join('%s' for _ in _BLOCKING)}) ORDER BY id DESC",
+        [idempotency_fp, *_BLOCKING],
+    )
+    blocking = cursor.fetchone()
+    if blocking is not None:
+        return LedgerDisagrees(
+            f"The ledger already has operation {blocking[0]} for this effect (same "
+            f"idempotency key), and it is {blocking[1]}: a new dispatch would guess. "
+            "Nothing was recorded. If the step's row says otherwise, it was changed behind "
+            "the ledger's back.",
+            operation=blocking[0],
+            state=blocking[1],
+        )
+    return StaleFence(
+        f"Cannot record operation for {subject}: {fence} is no longer the live lease. "
+        "Nothing was recorded and nothing may be dispatched."
+    )
 
 
 def _load(cursor, key: str) -> dict[str, Any]:
@@ -270,6 +331,7 @@ def transition(
     fact_extra: dict[str, Any],
     result_fp: str = "",
     fence: Fence | None = None,
+    projection_fp: str = "",
 ) -> RecordedOperation:
     """Move one loaded operation to ``target`` and append its checkpoint (internal).
 
@@ -314,7 +376,7 @@ def transition(
         "result_fp": result_fp,
         **fact_extra,
     }
-    chain.append(cursor, subject, head, kind, fact)
+    chain.append(cursor, subject, head, kind, fact, projection_fp)
     return RecordedOperation(
         key=row["key"],
         subject=subject,
@@ -376,6 +438,7 @@ def operation_observe(
     fence: Fence,
     result: Any = None,
     input: Any = None,
+    projection_fp: str = "",
 ) -> RecordedOperation:
     """Record what was observed about a dispatched operation, on the caller's live fence.
 
@@ -387,7 +450,8 @@ def operation_observe(
     Repeating the identical terminal observation is a no-op (``changed`` is False); a
     contradictory one raises :class:`ContradictoryObservation`. A success verifies the
     subject's chain first: a broken chain raises :class:`ChainBroken` and, when this call
-    owns the transaction, opens an integrity incident.
+    owns the transaction, opens an integrity incident. ``projection_fp`` is carried into
+    the checkpoint (see :mod:`recovery.projections`).
     """
     if state not in OperationState.values or state in INITIAL:
         raise RecoveryValidationError(
@@ -428,6 +492,7 @@ def operation_observe(
             fact_extra={"by_fence": fence.fence},
             result_fp=result_fp,
             fence=fence,
+            projection_fp=projection_fp,
         )
 
 
@@ -513,3 +578,28 @@ def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
             fact_extra={"by_fence": fence.fence},
             fence=fence,
         )
+
+
+@dataclass(frozen=True)
+class EffectOperation:
+    """One operation of an effect, as :func:`operations_for_effect` reads it."""
+
+    key: str
+    state: str
+    step_id: str
+
+    @property
+    def retryable(self) -> bool:
+        """Whether a new operation may follow this one for the same effect."""
+        return self.state in SETTLED_FOR_A_NEW_ATTEMPT
+
+
+def operations_for_effect(*, idempotency_fp: str) -> list[EffectOperation]:
+    """Every operation recorded for one effect (one idempotency key), oldest first."""
+    _require_fp("idempotency_fp", idempotency_fp)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT key, state, step_id FROM {_OP} WHERE idempotency_fp = %s ORDER BY id",
+            [idempotency_fp],
+        )
+        return [EffectOperation(*row) for row in cursor.fetchall()]

@@ -63,7 +63,9 @@ def test_atomic_step_writes_its_note_in_the_engines_transaction():
     kinds = list(
         Checkpoint.objects.filter(subject_id=subject(instance).id).values_list("kind", flat=True)
     )
-    assert kinds == ["operation.recorded", "operation.observed"]
+    # The start commit and the start node's own commit record the projection; the atomic
+    # step is one commit with its two ledger facts.
+    assert kinds == ["projection", "projection", "operation.recorded", "operation.observed"]
     assert chain_ok(instance)
 
 

@@ -20,11 +20,11 @@ def conflicting(monkeypatch, kind: str, times: int) -> list[str]:
     real = chain.append
     lost = []
 
-    def append(cursor, subject, head, appended_kind, fact):
+    def append(cursor, subject, head, appended_kind, fact, *rest):
         if appended_kind == kind and len(lost) < times:
             lost.append(appended_kind)
             raise api.ChainConflict("another writer appended first")
-        return real(cursor, subject, head, appended_kind, fact)
+        return real(cursor, subject, head, appended_kind, fact, *rest)
 
     monkeypatch.setattr(chain, "append", append)
     return lost

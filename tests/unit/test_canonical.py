@@ -270,6 +270,7 @@ def test_persisted_fingerprint_kind_names_are_stable():
         "operation-key",
         "result",
         "checkpoint-fact",
+        "projection",
     ]
 
 

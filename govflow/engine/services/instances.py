@@ -9,15 +9,24 @@ from django.db.models.functions import Now
 
 from recovery.api import (
     CanonicalError,
+    FingerprintKind,
     LeaseHeld,
+    LedgerDisagrees,
+    Subject,
+    Verification,
     canonical_bytes,
+    fingerprint_value,
+    incident_open,
     lease_acquire,
     lease_release,
     lease_release_if_held,
+    operations_for_effect,
+    projection_record,
 )
 
-from ..errors import EngineConflict, InvalidRequest, NotPermitted
+from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..models import Definition, Instance, InstanceStatus, Token, TokenState
+from ..projection import SUBJECT_TYPE, projection_of
 from ..queue import enqueue_advance
 from .definitions import spec_of, unresolved_reason
 from .routing import Router
@@ -99,13 +108,18 @@ def instance_start(
             updated_at=Now(),
             next_ordinal=2,
         )
-        Token.objects.create(
+        start = Token.objects.create(
             instance=instance,
             node_id=spec_of(definition).start,
             ordinal=1,
             state=TokenState.READY,
             created_at=Now(),
             updated_at=Now(),
+        )
+        # The projection is under the chain from its first commit (invariant I12).
+        projection_record(
+            subject=Subject(SUBJECT_TYPE, str(instance.pk)),
+            projection_fp=projection_of(instance, [start]),
         )
         enqueue_advance(instance.pk)
     instance.refresh_from_db()
@@ -132,6 +146,10 @@ class _Held:
         if run is None:
             lease_release(fence=self.fence)
             raise InvalidRequest(f"No instance has id {self.instance_id}.")
+        problem = run.integrity_problem()
+        if problem:
+            lease_release(fence=self.fence)
+            raise IntegrityStop(problem)
         return run
 
     def __exit__(self, *exc) -> None:
@@ -157,7 +175,7 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
                 "happened. Cancel it through a decision (kind 'cancel', with a rationale, "
                 "approved by a second person) so the ledger records who decided and why."
             )
-        with step_commit():
+        with run.commit():
             for token in list(run.active.values()):
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
                 run.active.pop(token.pk)
@@ -188,7 +206,8 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
                 f"Instance {instance_id} is {run.instance.status}; its steps "
                 "are not retried. Start a new instance instead."
             )
-        with step_commit():
+        _ledger_allows_retry(run, token)
+        with run.commit():
             # poll=0: a deliberate retry executes the action again (same idempotency key);
             # it does not poll an answer the earlier attempt may never have had.
             run.update_token(
@@ -205,3 +224,31 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
             run.flush(Router(run), status=InstanceStatus.RUNNING, reason="")
             enqueue_advance(instance_id)
     return Instance.objects.get(pk=instance_id)
+
+
+def _ledger_allows_retry(run: Run, token: Token) -> None:
+    """Ask the ledger, not the step's row, whether this effect may be tried again.
+
+    Every earlier operation of the effect (same idempotency key) must have ended in a way
+    that allows a new attempt: failed, effect absent, or pending. Anything else — in
+    flight, unknown, succeeded — means the row was changed behind the ledger's back: an
+    integrity incident is opened and the retry refused.
+    """
+    if not token.idempotency_key:
+        return
+    effect = fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY, token.idempotency_key)
+    blocking = [op for op in operations_for_effect(idempotency_fp=effect) if not op.retryable]
+    if not blocking:
+        return
+    op = blocking[-1]
+    exc = LedgerDisagrees(
+        f"step '{token.node_id}' is {token.state} in its row, but the ledger's operation "
+        f"{op.key} for the same effect is {op.state}",
+        operation=op.key,
+        state=op.state,
+    )
+    incident = incident_open(verification=Verification(run.subject, False, 0, None, str(exc)))
+    raise IntegrityStop(
+        f"Retry refused: {exc}. The step's row was changed behind the ledger's back, so "
+        f"integrity incident #{incident.pk} is open; nothing was dispatched."
+    )

@@ -37,11 +37,16 @@ from django.db.models.functions import Now
 from recovery.api import (
     ConflictError,
     Fence,
+    IntegrityViolation,
     LeaseHeld,
     OperationState,
+    Subject,
+    Verification,
     atomic,
     fenced_update,
     fenced_update_row,
+    incident_open,
+    incident_open_sql,
     insert_row,
     joined,
     lease_acquire,
@@ -49,12 +54,15 @@ from recovery.api import (
     lease_release_if_held,
     lease_renew,
     operation_observe,
+    projection_head_sql,
+    projection_record,
 )
 from recovery.models import Operation
 
 from ..definitions import Spec
 from ..liveness import worker_name
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
+from ..projection import SUBJECT_TYPE, projection_of
 from .definitions import definition_pinned, spec_of, unresolved_reason
 from .routing import ACTIVE, RouteError, Router, derive_status
 
@@ -125,6 +133,79 @@ class Run:
     released: bool = False
     """The lease was released in the commit that ended the instance."""
 
+    recorded_projection: str = ""
+    """The newest projection fingerprint the instance's chain holds (as of this run's
+    last commit); '' for an instance that has none yet."""
+    integrity_incident: int | None = None
+    """The id of the open integrity incident on this instance when it was loaded."""
+    no_chain: bool = False
+    """A chained dispatch was refused for integrity: dispatch each step in its own commit."""
+    _depth: int = 0
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(SUBJECT_TYPE, str(self.instance.pk))
+
+    def projection(self) -> str:
+        """The fingerprint of this run's view of the projection (variables, steps)."""
+        return projection_of(self.instance, self.active.values())
+
+    def carry_projection(self) -> str:
+        """The fingerprint for a ledger write that is the last projection change of its
+        commit: the chain will hold it, so the commit needs no checkpoint of its own."""
+        self.recorded_projection = self.projection()
+        return self.recorded_projection
+
+    @contextmanager
+    def commit(self) -> Iterator[None]:
+        """One engine commit of this run (see ``step_commit``), under the chain.
+
+        Before the outermost commit closes, if it changed the projection and no ledger
+        write carried the new fingerprint, a ``projection`` checkpoint records it. A
+        rolled-back commit leaves the recorded fingerprint as it was.
+        """
+        outermost = self._depth == 0
+        before = self.recorded_projection
+        self._depth += 1
+        try:
+            with step_commit():
+                yield
+                if outermost and not self.released:
+                    self.seal()
+        except BaseException:
+            if outermost:
+                self.recorded_projection = before
+            raise
+        finally:
+            self._depth -= 1
+
+    def seal(self) -> None:
+        current = self.projection()
+        if current != self.recorded_projection:
+            projection_record(subject=self.subject, projection_fp=current, fence=self.fence)
+            self.recorded_projection = current
+
+    def integrity_problem(self) -> str:
+        """Why nothing may move for this instance now, or ''.
+
+        An open integrity incident, or stored rows that differ from the projection the
+        chain recorded last (which opens one). Asked once when a run or an operator's
+        change loads the instance, under its lease.
+        """
+        if self.integrity_incident is not None:
+            return incident_message(self.integrity_incident)
+        if self.recorded_projection and self.recorded_projection != self.projection():
+            reason = (
+                "the instance's variables or step states differ from the ones its "
+                "checkpoint chain recorded last: they were changed outside the engine"
+            )
+            incident = incident_open(
+                verification=Verification(self.subject, False, 0, None, reason)
+            )
+            self.integrity_incident = incident.pk
+            return incident_message(incident.pk, reason)
+        return ""
+
     def reload(self) -> None:
         """Read the instance and its active tokens again, after a refused commit.
 
@@ -136,11 +217,13 @@ class Run:
         if fresh is None:
             raise ConflictError(f"Instance {self.instance.pk} no longer exists.")
         self.instance, self.active = fresh.instance, fresh.active
+        self.recorded_projection = fresh.recorded_projection
+        self.integrity_incident = fresh.integrity_incident
         self.chained = self.deferred = None
         self.released = False
 
     def may_chain(self) -> bool:
-        return self.steps_left > 1 and time.monotonic() < self.deadline
+        return not self.no_chain and self.steps_left > 1 and time.monotonic() < self.deadline
 
     def release_if_ended(self) -> None:
         """Inside the commit that ended the instance: release the lease in it too.
@@ -149,6 +232,7 @@ class Run:
         release's own commit. If the commit rolls back, so does the release.
         """
         if self.instance.status in TERMINAL_STATUSES and not self.released:
+            self.seal()  # fenced: before the lease goes
             lease_release(fence=self.fence)
             self.released = True
 
@@ -314,10 +398,15 @@ class Run:
 def _load_run(instance_id: int, fence: Fence) -> Run | None:
     """The instance and its active tokens: two plain queries, the definition cached."""
     quote = connection.ops.quote_name
+    subject = Subject(SUBJECT_TYPE, str(instance_id))
+    projection_sql, projection_params = projection_head_sql(subject)
+    incident_sql, incident_params = incident_open_sql(subject)
     instance = next(
         iter(
             Instance.objects.raw(
-                f"SELECT * FROM {quote(Instance._meta.db_table)} WHERE id = %s", [instance_id]
+                f"SELECT *, {projection_sql} AS recorded_projection, {incident_sql} AS "
+                f"integrity_incident FROM {quote(Instance._meta.db_table)} WHERE id = %s",
+                [*projection_params, *incident_params, instance_id],
             )
         ),
         None,
@@ -326,7 +415,13 @@ def _load_run(instance_id: int, fence: Fence) -> Run | None:
         return None
     instance.definition = definition_pinned(instance.definition_id, instance.definition_fp)
     spec = spec_of(instance.definition)
-    run = Run(instance=instance, spec=spec, fence=fence)
+    run = Run(
+        instance=instance,
+        spec=spec,
+        fence=fence,
+        recorded_projection=instance.recorded_projection or "",
+        integrity_incident=instance.integrity_incident,
+    )
     states = sorted(str(state) for state in ACTIVE)
     for token in Token.objects.raw(
         f"SELECT * FROM {quote(Token._meta.db_table)} "
@@ -350,21 +445,30 @@ def block(run: Run, token: Token | None, kind: str, message: str) -> None:
     run.block_reason = message
     if run.instance.status == InstanceStatus.BLOCKED and run.instance.reason == message:
         return
-    with step_commit():
+    with run.commit():
         run.incident(token, kind, message, once=True)
         run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
     log.warning("instance %s blocked: %s", run.instance.pk, message)
 
 
 def rehydrate(run: Run) -> None:
-    """Resolve tokens a previous holder left ``executing`` (invariant I10)."""
+    """Resolve tokens a previous holder left ``executing`` (invariant I10).
+
+    A dispatched step whose provider's answer was kept (it arrived while an integrity
+    incident stopped the instance) is settled with that answer, never guessed unknown.
+    """
     for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
         operation = (
             Operation.objects.filter(key=token.operation_key).first()
             if token.operation_key
             else None
         )
-        with step_commit():
+        if operation is not None and operation.state == OperationState.DISPATCHED:
+            from .steps import settle_kept
+
+            if settle_kept(run, token, operation.key):
+                continue
+        with run.commit():
             if operation is None or operation.state == OperationState.PREPARED:
                 # Never crossed the dispatch boundary: no effect can have happened.
                 run.update_token(
@@ -377,9 +481,6 @@ def rehydrate(run: Run) -> None:
                 )
                 run.flush(Router(run))
             elif operation.state == OperationState.DISPATCHED:
-                operation_observe(
-                    key=operation.key, state=OperationState.OUTCOME_UNKNOWN, fence=run.fence
-                )
                 message = (
                     "The worker stopped after dispatching this action and before "
                     "recording its outcome. The effect may or may not have happened: "
@@ -389,10 +490,26 @@ def rehydrate(run: Run) -> None:
                     token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message
                 )
                 run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message)
+                operation_observe(
+                    key=operation.key,
+                    state=OperationState.OUTCOME_UNKNOWN,
+                    fence=run.fence,
+                    projection_fp=run.carry_projection(),
+                )
             else:
                 from .steps import settle_from_operation
 
                 settle_from_operation(run, token, operation)
+
+
+def incident_message(incident_id: int, detail: str = "") -> str:
+    """What an operator reads on an instance stopped by an integrity incident."""
+    return (
+        f"Integrity incident #{incident_id} is open on this instance"
+        f"{f' ({detail})' if detail else ''}. No new effect is dispatched and no step "
+        "moves until it is resolved: once the cause is repaired, one person requests the "
+        "resolution and a second approves it (Recovery ledger → Integrity incidents)."
+    )[:2000]
 
 
 def leave_or_block(run: Run, token: Token) -> None:
@@ -483,6 +600,11 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             )
             report.status = InstanceStatus.BLOCKED
             return report
+        problem = run.integrity_problem()
+        if problem:
+            block(run, None, "integrity", problem)
+            report.status = InstanceStatus.BLOCKED
+            return report
         rehydrate(run)
         looped = True
         # Stop starting steps well inside django-q2's task timeout: a worker killed by
@@ -506,6 +628,10 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             run.steps_left -= 1
             run.renew_if_due()
         report.status = run.instance.status
+    except IntegrityViolation as exc:
+        # Every step path stops for integrity itself; this is the last line of defence.
+        log.error("instance %s stopped for integrity: %s", instance_id, exc)
+        report.status = _stop_for_integrity(run, exc)
     except ConflictError as exc:
         # StaleFence, or a late answer after another holder settled the step: this
         # worker's view is stale. Nothing it tried was written; the holder carries on.
@@ -519,6 +645,30 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
     finally:
         _release(run, fence, report, check=looped and not report.stale)
     return report
+
+
+def _stop_for_integrity(run: Run, exc: IntegrityViolation) -> str:
+    try:
+        run.reload()
+        block(run, None, "integrity", integrity_stop_message(run, exc))
+    except (ConflictError, IntegrityViolation, DatabaseError):
+        log.exception("instance %s: could not record the integrity stop", run.instance.pk)
+    return run.instance.status
+
+
+def integrity_stop_message(run: Run, exc: IntegrityViolation) -> str:
+    """Open (or find) the incident behind ``exc`` and say why the instance stopped.
+
+    Outside any transaction: the incident must outlive the refused commit.
+    """
+    from recovery.api import ChainBroken
+
+    if isinstance(exc, ChainBroken):
+        incident = incident_open(verification=exc.result)
+    else:
+        incident = incident_open(verification=Verification(run.subject, False, 0, None, str(exc)))
+    run.integrity_incident = incident.pk
+    return incident_message(incident.pk, str(exc)[:600])
 
 
 def _release(run: Run | None, fence: Fence, report: RunReport, *, check: bool) -> None:

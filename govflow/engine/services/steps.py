@@ -11,18 +11,18 @@ from typing import Any
 
 import jsonschema
 from django.contrib.auth import get_user_model
+from django.db.models.functions import Now
 
 from recovery.api import (
     CanonicalError,
-    ChainBroken,
     ChainConflict,
     FingerprintKind,
+    IntegrityViolation,
     OperationState,
     RecoveryMode,
     canonical_bytes,
     fingerprint_value,
     idempotency_key,
-    incident_open,
     operation_key,
     operation_observe,
     operation_record,
@@ -30,16 +30,15 @@ from recovery.api import (
 from recovery.models import Operation
 from recovery.subjects import Subject
 
-from ..models import InstanceStatus, Token, TokenState, WaitKind
+from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
+from ..projection import SUBJECT_TYPE
 from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Pending, Succeeded, Unknown
 from ..variables import MissingVariable, apply_output, build_input
 from .routing import RouteError, Router, after_seconds
-from .runtime import Run, block, lease_ttl, leave_or_block, step_commit
+from .runtime import Run, block, integrity_stop_message, lease_ttl, leave_or_block
 
 log = logging.getLogger("govflow.engine")
-
-SUBJECT_TYPE = "govflow.instance"
 
 
 class StepRejected(Exception):
@@ -51,7 +50,7 @@ class StepRejected(Exception):
 
 
 def subject_of(run: Run) -> Subject:
-    return Subject(SUBJECT_TYPE, str(run.instance.pk))
+    return run.subject
 
 
 def run_token(run: Run, token: Token) -> None:
@@ -73,16 +72,25 @@ def run_chained(run: Run) -> None:
 
 def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> None:
     """A released wait (timer fired, message delivered, approval given) moves on."""
-    with step_commit():
-        # Only a delivered payload (message, approval, external result) is output: a start
-        # or timer node writes nothing, so it cannot clobber a variable named like it.
-        if token.payload is not None:
-            apply_output(run.variables, token.node_id, node.get("output"), token.payload)
-        run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
-        run.active.pop(token.pk, None)
-        leave_or_block(run, token)
-        chained = dispatch_next(run)
-        run.release_if_ended()
+    try:
+        with run.commit():
+            # Only a delivered payload (message, approval, external result) is output: a
+            # start or timer node writes nothing, so it cannot clobber a variable named like it.
+            if token.payload is not None:
+                apply_output(run.variables, token.node_id, node.get("output"), token.payload)
+            run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
+            run.active.pop(token.pk, None)
+            leave_or_block(run, token)
+            chained = dispatch_next(run)
+            run.release_if_ended()
+    except IntegrityViolation as exc:
+        if not getattr(exc, "in_chained_dispatch", False):
+            raise
+        # The next step's dispatch was refused: complete this wait again without it; the
+        # loop then dispatches that step in its own commit, where the refusal stops it.
+        run.no_chain = True
+        run.reload()
+        return
     run.chained = chained
 
 
@@ -272,7 +280,7 @@ def dispatch(run: Run, plan: Plan) -> None:
         not_before=None,
         wait_kind="",
     )
-    operation_record(**plan.record)
+    operation_record(**plan.record, projection_fp=run.carry_projection())
 
 
 def dispatch_next(run: Run) -> Plan | None:
@@ -313,7 +321,11 @@ def dispatch_next(run: Run) -> Plan | None:
         # commit, so the commit now open (another step's outcome) is not put at risk.
         run.deferred = (token.pk, plan)
         return None
-    dispatch(run, plan)
+    try:
+        dispatch(run, plan)
+    except IntegrityViolation as exc:
+        exc.in_chained_dispatch = True  # the caller redoes its own commit without it
+        raise
     return plan
 
 
@@ -323,10 +335,28 @@ def _call(action: ActionDefinition, context: ActionContext):
 
 
 def run_non_atomic(run: Run, plan: Plan) -> None:
-    # Commit 1: the dispatch boundary. Nothing is called before it commits.
-    with step_commit():
-        dispatch(run, plan)
+    # Commit 1: the dispatch boundary. Nothing is called before it commits; the ledger
+    # refuses it while an integrity incident is open or the effect is already in flight,
+    # unknown or done (invariant I12).
+    try:
+        with run.commit():
+            dispatch(run, plan)
+    except IntegrityViolation as exc:
+        stop_for_integrity(run, plan.token, exc)
+        return
     call_and_settle(run, plan)
+
+
+def stop_for_integrity(run: Run, token: Token, exc: IntegrityViolation, note: str = "") -> None:
+    """The ledger refused a step for integrity: stop the instance for people, say why.
+
+    The refused commit rolled back, so the run's view is read again first; the incident
+    is opened (or found) outside any transaction so that it stays.
+    """
+    log.error("instance %s, step '%s': %s", run.instance.pk, token.node_id, exc)
+    run.reload()
+    message = integrity_stop_message(run, exc)
+    block(run, run.active.get(token.pk, token), "integrity", f"{message}{note}"[:2000])
 
 
 def call_and_settle(run: Run, plan: Plan) -> None:
@@ -348,7 +378,7 @@ def run_atomic(run: Run, plan: Plan) -> None:
     token, node, action, key = plan.token, plan.node, plan.action, plan.key
     failure: Any = None
     try:
-        with step_commit():
+        with run.commit():
             operation_record(**plan.record)
             result = action.execute(plan.context)
             if not isinstance(result, Succeeded):
@@ -367,8 +397,9 @@ def run_atomic(run: Run, plan: Plan) -> None:
         return
     except _RollBack:
         pass
-    except ChainBroken as exc:
-        _chain_broken(run, token, exc)
+    except IntegrityViolation as exc:
+        # Refused before or at success: rolled back, so nothing happened.
+        stop_for_integrity(run, token, exc)
         return
     except Exception as exc:  # rolled back: nothing happened, so it is retryable
         log.warning("atomic action %s raised %s; rolled back", action.name, type(exc).__name__)
@@ -412,8 +443,24 @@ def settle(run, token, node, action, key, result) -> None:
         try:
             _settle_commit(run, token, node, action, key, result)
             return
-        except ChainBroken as exc:
-            _chain_broken(run, token, exc)
+        except IntegrityViolation as exc:
+            if getattr(exc, "in_chained_dispatch", False) and not run.no_chain:
+                # Only the next step's dispatch was refused: record this outcome without
+                # it; the loop then stops at that step in its own commit.
+                run.no_chain = True
+                token = _reloaded(run, token)
+                continue
+            # The outcome itself was refused (a success while an incident is open or the
+            # chain is broken). The provider really answered: keep the answer for when
+            # the incident is resolved, never turn it into outcome_unknown.
+            keep_answer(run, token, key, result)
+            stop_for_integrity(
+                run,
+                token,
+                exc,
+                " The provider's answer was received and is kept; it is recorded when "
+                "the incident is resolved.",
+            )
             return
         except ChainConflict:
             if attempt == SETTLE_ATTEMPTS:
@@ -423,23 +470,76 @@ def settle(run, token, node, action, key, result) -> None:
                 run.instance.pk,
                 token.node_id,
             )
-            run.reload()
-            fresh = run.active.get(token.pk)
-            if fresh is None or fresh.state != TokenState.EXECUTING:
-                raise
-            token = fresh
+            token = _reloaded(run, token)
+
+
+def _reloaded(run: Run, token: Token) -> Token:
+    """Read the run again after a refused commit; the step must still be executing."""
+    run.reload()
+    fresh = run.active.get(token.pk)
+    if fresh is None or fresh.state != TokenState.EXECUTING:
+        from ..errors import EngineConflict
+
+        raise EngineConflict(
+            f"Step '{token.node_id}' (#{token.ordinal}) is no longer executing; someone else "
+            "settled it. Nothing was changed."
+        )
+    return fresh
+
+
+def keep_answer(run: Run, token: Token, key: str, result: Any) -> None:
+    """Keep a provider's answer that could not be recorded now (its own commit)."""
+    values: dict[str, Any] = {"instance_id": run.instance.pk, "token_id": token.pk}
+    if isinstance(result, Succeeded):
+        values.update(outcome=KeptAnswer.Outcome.SUCCEEDED, output=dict(result.output))
+    elif isinstance(result, Failed):
+        values.update(
+            outcome=KeptAnswer.Outcome.FAILED,
+            reason=str(result.reason)[:2000],
+            permanent=bool(result.permanent),
+        )
+    elif isinstance(result, Pending):
+        values.update(outcome=KeptAnswer.Outcome.PENDING, poll_after=_poll_delay(result))
+    else:
+        values.update(
+            outcome=KeptAnswer.Outcome.UNKNOWN, reason=str(getattr(result, "reason", ""))[:2000]
+        )
+    KeptAnswer.objects.get_or_create(operation_key=key, defaults={**values, "received_at": Now()})
+
+
+def settle_kept(run: Run, token: Token, key: str) -> bool:
+    """Settle a dispatched step with the provider's kept answer; False if none was kept."""
+    kept = KeptAnswer.objects.filter(operation_key=key, applied_at__isnull=True).first()
+    if kept is None:
+        return False
+    node = run.spec.nodes[token.node_id]
+    action = registry.get(node.get("action", ""))
+    if action is None:
+        return False  # rehydration decides: the provider is gone
+    outcome = KeptAnswer.Outcome
+    if kept.outcome == outcome.SUCCEEDED:
+        result: Any = Succeeded(kept.output or {})
+    elif kept.outcome == outcome.FAILED:
+        result = Failed(kept.reason, permanent=kept.permanent)
+    elif kept.outcome == outcome.PENDING:
+        result = Pending(poll_after=kept.poll_after or 0)
+    else:
+        result = Unknown(kept.reason or "the provider's kept answer was not conclusive")
+    log.info("instance %s: recording the kept answer for step '%s'", run.instance.pk, key)
+    settle(run, token, node, action, key, result)
+    KeptAnswer.objects.filter(pk=kept.pk).update(applied_at=Now())
+    return True
 
 
 def _settle_commit(run, token, node, action, key, result) -> None:
     chained = None
-    with step_commit():
+    with run.commit():
         if isinstance(result, Succeeded):
             _succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
             chained = dispatch_next(run)
         elif isinstance(result, Failed):
             _retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING, operation=key)
         elif isinstance(result, Pending):
-            operation_observe(key=key, state=OperationState.PENDING, fence=run.fence)
             run.update_token(
                 token,
                 TokenState.EXECUTING,
@@ -450,6 +550,12 @@ def _settle_commit(run, token, node, action, key, result) -> None:
                 reason="the provider is working on it; polling again later",
             )
             run.flush(Router(run))  # waiting, unless another branch can run now
+            operation_observe(
+                key=key,
+                state=OperationState.PENDING,
+                fence=run.fence,
+                projection_fp=run.carry_projection(),
+            )
         else:
             reason = (
                 result.reason
@@ -476,16 +582,23 @@ def _poll_delay(result: Pending) -> float | None:
 
 
 def _succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=None) -> None:
+    """The projection's writes first, then the observation that carries their fingerprint
+    (one commit either way: the order only saves a checkpoint)."""
     output = dict(result.output)
-    operation_observe(key=key, state=OperationState.SUCCEEDED, fence=run.fence, result=output)
     apply_output(run.variables, token.node_id, node.get("output"), output)
     run.update_token(token, expected, state=TokenState.COMPLETED, reason="", **(extra or {}))
     run.active.pop(token.pk, None)
     leave_or_block(run, token)
+    operation_observe(
+        key=key,
+        state=OperationState.SUCCEEDED,
+        fence=run.fence,
+        result=output,
+        projection_fp=run.carry_projection(),
+    )
 
 
 def _unknown(run, token, key, reason: str) -> None:
-    operation_observe(key=key, state=OperationState.OUTCOME_UNKNOWN, fence=run.fence)
     message = (
         f"Outcome unknown: {reason}. The effect may or may not have happened; an "
         "operator must record effect confirmed or effect absent with evidence."
@@ -494,10 +607,16 @@ def _unknown(run, token, key, reason: str) -> None:
         token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message[:2000]
     )
     run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=message[:2000])
+    operation_observe(
+        key=key,
+        state=OperationState.OUTCOME_UNKNOWN,
+        fence=run.fence,
+        projection_fp=run.carry_projection(),
+    )
 
 
 def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) -> None:
-    with step_commit():
+    with run.commit():
         if operation is not None:
             operation_observe(
                 key=operation,
@@ -530,11 +649,6 @@ def _retry_or_fail(run, token, action, failure: Failed, *, expected, operation) 
         run.incident(token, "step_failed", message)
         run.flush(Router(run), status=InstanceStatus.FAILED, reason=message)
         run.release_if_ended()
-
-
-def _chain_broken(run, token, exc: ChainBroken) -> None:
-    incident_open(verification=exc.result)
-    block(run, token, "integrity", str(exc))
 
 
 def settle_from_operation(run, token, operation) -> None:

@@ -21,7 +21,7 @@ from ..queue import enqueue_advance
 from ..registry import registry
 from .instances import _Held
 from .routing import Router
-from .runtime import leave_or_block, step_commit
+from .runtime import leave_or_block
 
 __all__ = [
     "approval_decide",
@@ -43,7 +43,7 @@ def _waiting(run, token_id: int, kind: str) -> Token:
 
 
 def _release(run, token: Token, payload: dict[str, Any]) -> None:
-    with step_commit():
+    with run.commit():
         run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
         run.flush(Router(run))
         enqueue_advance(run.instance.pk)
@@ -134,7 +134,7 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
     with _Held(instance_id, actor) as run:
         token = _uncertain_token(run, decision.operation.key)
         try:
-            with step_commit():
+            with run.commit():
                 approved = decision_approve(decision_id=decision_id, approved_by=actor)
                 router = Router(run)
                 if approved.kind == DecisionKind.EFFECT_CONFIRMED:
