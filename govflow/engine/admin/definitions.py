@@ -9,7 +9,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from recovery.api import ConflictError, RecoveryValidationError
+from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
 from ..definitions import DefinitionInvalid
 from ..forms import DefinitionUploadForm
@@ -92,7 +92,7 @@ class DefinitionAdmin(ReadOnlyAdmin):
                     )
                 except DefinitionInvalid as exc:
                     problems = exc.problems
-                except ConflictError as exc:
+                except (ConflictError, IntegrityViolation) as exc:
                     messages.error(request, str(exc))
                     return redirect(request.path)
                 except RecoveryValidationError as exc:

@@ -20,7 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.text import Truncator
 
-from recovery.api import ConflictError, RecoveryValidationError
+from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 from recovery.models import Decision
 
 from ..forms import (
@@ -137,7 +137,7 @@ class InstanceAdmin(ReadOnlyAdmin):
                     variables=data["variables"],
                     actor=request.user,
                 )
-            except ConflictError as exc:
+            except (ConflictError, IntegrityViolation) as exc:
                 messages.error(request, str(exc))
             except RecoveryValidationError as exc:
                 form.add_error(None, str(exc))
@@ -177,7 +177,7 @@ class InstanceAdmin(ReadOnlyAdmin):
             return self.render_detail(request, instance, {slot: form})
         try:
             result = call()
-        except ConflictError as exc:
+        except (ConflictError, IntegrityViolation) as exc:
             messages.error(request, str(exc))
         except RecoveryValidationError as exc:
             if form is None:

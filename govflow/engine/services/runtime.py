@@ -180,6 +180,9 @@ class Run:
             self._depth -= 1
 
     def seal(self) -> None:
+        if self.integrity_incident is not None:
+            # Stopped for integrity: what is stored now is not the engine's to vouch for.
+            return
         current = self.projection()
         if current != self.recorded_projection:
             projection_record(subject=self.subject, projection_fp=current, fence=self.fence)
@@ -502,6 +505,19 @@ def rehydrate(run: Run) -> None:
                 settle_from_operation(run, token, operation)
 
 
+KEPT_NOTE = (
+    " A provider's answer was received meanwhile and is kept; it is recorded when the "
+    "incident is resolved."
+)
+
+
+def kept_note(run: Run) -> str:
+    from ..models import KeptAnswer
+
+    kept = KeptAnswer.objects.filter(instance_id=run.instance.pk, applied_at__isnull=True)
+    return KEPT_NOTE if kept.exists() else ""
+
+
 def incident_message(incident_id: int, detail: str = "") -> str:
     """What an operator reads on an instance stopped by an integrity incident."""
     return (
@@ -602,7 +618,7 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             return report
         problem = run.integrity_problem()
         if problem:
-            block(run, None, "integrity", problem)
+            block(run, None, "integrity", problem + kept_note(run))
             report.status = InstanceStatus.BLOCKED
             return report
         rehydrate(run)

@@ -36,7 +36,14 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Pending, Succeeded, Unknown
 from ..variables import MissingVariable, apply_output, build_input
 from .routing import RouteError, Router, after_seconds
-from .runtime import Run, block, integrity_stop_message, lease_ttl, leave_or_block
+from .runtime import (
+    KEPT_NOTE,
+    Run,
+    block,
+    integrity_stop_message,
+    lease_ttl,
+    leave_or_block,
+)
 
 log = logging.getLogger("govflow.engine")
 
@@ -454,13 +461,7 @@ def settle(run, token, node, action, key, result) -> None:
             # chain is broken). The provider really answered: keep the answer for when
             # the incident is resolved, never turn it into outcome_unknown.
             keep_answer(run, token, key, result)
-            stop_for_integrity(
-                run,
-                token,
-                exc,
-                " The provider's answer was received and is kept; it is recorded when "
-                "the incident is resolved.",
-            )
+            stop_for_integrity(run, token, exc, KEPT_NOTE)
             return
         except ChainConflict:
             if attempt == SETTLE_ATTEMPTS:

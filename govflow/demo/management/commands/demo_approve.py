@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from govflow.engine.errors import EngineConflict, InvalidRequest
+from govflow.engine.errors import EngineConflict, IntegrityStop, InvalidRequest
 from govflow.engine.models import Token, TokenState, WaitKind
 from govflow.engine.services.waits import approval_decide
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
                 approved=not refuse,
                 note=note,
             )
-        except (EngineConflict, InvalidRequest) as exc:
+        except (EngineConflict, IntegrityStop, InvalidRequest) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(
             f"{'Refused' if refuse else 'Approved'} by {actor.get_username()}: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from govflow.engine.errors import EngineConflict, InvalidRequest
+from govflow.engine.errors import EngineConflict, IntegrityStop, InvalidRequest
 from govflow.engine.services.triggers import trigger_deliver
 
 from ._demo import application_id_or_error, instance_or_error
@@ -34,7 +34,7 @@ class Command(BaseCommand):
                 delivery_id=f"inspection:{application_id}",
                 payload={"result": result, "inspector": inspector, "remarks": remarks},
             )
-        except (EngineConflict, InvalidRequest) as exc:
+        except (EngineConflict, IntegrityStop, InvalidRequest) as exc:
             raise CommandError(str(exc)) from None
         if delivery.state == "consumed":
             self.stdout.write(
