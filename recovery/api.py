@@ -30,7 +30,8 @@ from .errors import (
 )
 from .keys import idempotency_key, operation_key
 from .services.decisions import decision_approve, decision_reject, decision_request
-from .services.incidents import incident_open, incident_reverify, subject_verify
+from .services.facts import fact_append, facts_read
+from .services.incidents import incident_open, incident_report, incident_reverify, subject_verify
 from .services.leases import (
     Fence,
     fence_condition,
@@ -99,6 +100,8 @@ __all__ = [
     "decision_approve",
     "decision_reject",
     "decision_request",
+    "fact_append",
+    "facts_read",
     "fence_condition",
     "fenced_update",
     "fenced_update_row",
@@ -106,6 +109,7 @@ __all__ = [
     "fingerprint_value",
     "idempotency_key",
     "incident_open",
+    "incident_report",
     "incident_reverify",
     "insert_row",
     "joined",

@@ -55,7 +55,12 @@ from recovery.models import Operation
 from ..definitions import Spec
 from ..liveness import worker_name
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
-from .definitions import definition_pinned, spec_of, unresolved_reason
+from .definitions import (
+    instance_pinned,
+    pinned_contracts_refusal,
+    pinned_definition_refusal,
+    unresolved_reason,
+)
 from .routing import ACTIVE, RouteError, Router, derive_status
 
 log = logging.getLogger("govflow.engine")
@@ -107,6 +112,9 @@ class Run:
     instance: Instance
     spec: Spec
     fence: Fence
+    definition_fp: str = ""
+    """The hash of the definition's stored bytes, computed when the run loaded it: the
+    ledger records this one, and it must equal the instance's pin (``instance_run``)."""
     active: dict[int, Token] = field(default_factory=dict)
     reached_end: bool = False
     renewed_at: float = field(default_factory=time.monotonic)
@@ -312,21 +320,13 @@ class Run:
 
 
 def _load_run(instance_id: int, fence: Fence) -> Run | None:
-    """The instance and its active tokens: two plain queries, the definition cached."""
+    """The instance and its active tokens: two plain queries, the definition re-hashed."""
     quote = connection.ops.quote_name
-    instance = next(
-        iter(
-            Instance.objects.raw(
-                f"SELECT * FROM {quote(Instance._meta.db_table)} WHERE id = %s", [instance_id]
-            )
-        ),
-        None,
-    )
-    if instance is None:
+    loaded = instance_pinned(instance_id)
+    if loaded is None:
         return None
-    instance.definition = definition_pinned(instance.definition_id, instance.definition_fp)
-    spec = spec_of(instance.definition)
-    run = Run(instance=instance, spec=spec, fence=fence)
+    instance, pinned = loaded
+    run = Run(instance=instance, spec=pinned.spec, fence=fence, definition_fp=pinned.fingerprint)
     states = sorted(str(state) for state in ACTIVE)
     for token in Token.objects.raw(
         f"SELECT * FROM {quote(Token._meta.db_table)} "
@@ -473,14 +473,14 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
         report.status = run.instance.status
         if run.instance.status in TERMINAL_STATUSES:
             return report
-        reason = unresolved_reason(run.instance.definition)
+        # A definition changed in the database is refused before anything reads it.
+        refusal = pinned_definition_refusal(run)
+        reason = "" if refusal else unresolved_reason(run.instance.definition)
         if reason:
-            block(
-                run,
-                None,
-                "definition_unresolved",
-                f"The definition no longer resolves here: {reason}",
-            )
+            refusal = ("definition_unresolved", f"The definition no longer resolves here: {reason}")
+        refusal = refusal or pinned_contracts_refusal(run)
+        if refusal:
+            block(run, None, *refusal)
             report.status = InstanceStatus.BLOCKED
             return report
         rehydrate(run)
