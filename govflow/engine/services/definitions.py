@@ -49,6 +49,7 @@ __all__ = [
     "pinned_definition_refusal",
     "spec_of",
     "start_refusal",
+    "trusted_spec",
 ]
 
 
@@ -261,6 +262,16 @@ def _subject(instance: Instance) -> Subject:
     from .steps import SUBJECT_TYPE
 
     return Subject(SUBJECT_TYPE, str(instance.pk))
+
+
+def trusted_spec(definition: Definition) -> Spec:
+    """:func:`spec_of`, or an empty spec when the stored row no longer matches its fingerprint.
+
+    For pages that show an instance: nothing of a document changed in the database is
+    shown as if it were the published one (nor can a document that no longer parses break
+    the page).
+    """
+    return _NOTHING if integrity_problem(definition) else spec_of(definition)
 
 
 def spec_of(definition: Definition) -> Spec:
