@@ -113,6 +113,27 @@ def test_a_definition_edited_in_the_database_stops_its_running_instance(settings
     assert calls == [] and len(incidents(instance)) == 1 and len(open_integrity(instance)) == 1
 
 
+def test_a_restored_definition_runs_again_once_the_incident_is_reverified(django_user_model):
+    instance = start(linear(action("a")))
+    original = Definition.objects.get(pk=instance.definition_id).document
+    sql(
+        "UPDATE engine_definition SET document = %s WHERE id = %s",
+        [original.replace('"Test flow"', '"Edited"'), instance.definition_id],
+    )
+    run(instance)
+    assert instance.status == InstanceStatus.BLOCKED
+    sql(
+        "UPDATE engine_definition SET document = %s WHERE id = %s",
+        [original, instance.definition_id],
+    )
+    s = subject(instance)
+    incident = IntegrityIncident.objects.get(subject_type=s.type, subject_id=s.id)
+    operator = user_with(django_user_model, "olga")
+    assert api.incident_reverify(incident=incident, actor=operator).ok
+    assert drive(instance).status == InstanceStatus.COMPLETED
+    assert [op.state for op in operations(instance)] == ["succeeded"]
+
+
 def test_an_edited_definition_is_refused_even_with_its_fingerprint_rewritten_to_match():
     instance = start(linear(action("a")))
     definition = Definition.objects.get(pk=instance.definition_id)
