@@ -41,7 +41,8 @@ from .projections import (
     projection_register,
 )
 from .services.decisions import decision_approve, decision_reject, decision_request
-from .services.incidents import incident_open, incident_reverify, subject_verify
+from .services.facts import fact_append, facts_read
+from .services.incidents import incident_open, incident_report, incident_reverify, subject_verify
 from .services.leases import (
     Fence,
     fence_condition,
@@ -118,6 +119,8 @@ __all__ = [
     "decision_approve",
     "decision_reject",
     "decision_request",
+    "fact_append",
+    "facts_read",
     "fence_condition",
     "fenced_update",
     "fenced_update_row",
@@ -126,6 +129,7 @@ __all__ = [
     "idempotency_key",
     "incident_open",
     "incident_open_sql",
+    "incident_report",
     "incident_reverify",
     "insert_row",
     "joined",

@@ -18,8 +18,9 @@ from typing import Any
 import jsonschema
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from recovery.api import CanonicalError, FingerprintKind, canonical_bytes, fingerprint
+from recovery.api import CanonicalError, canonical_bytes
 
+from .contracts import pinned_fingerprint
 from .registry import ActionRegistry
 
 KEY = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
@@ -84,8 +85,9 @@ class Spec:
         return {n["action"] for n in self.nodes.values() if n["type"] == "action"}
 
 
-def definition_fingerprint(document: Mapping[str, Any]) -> str:
-    return fingerprint(FingerprintKind.DEFINITION, canonical_bytes(document))
+def definition_fingerprint(document: Mapping[str, Any], *, contracts: Mapping[str, Any]) -> str:
+    """The fingerprint of ``document`` published with its action ``contracts`` pinned."""
+    return pinned_fingerprint(document, contracts)
 
 
 def _check_mapping(where: str, name: str, value: Any, problems: list[str]) -> None:

@@ -14,7 +14,17 @@ class Definition(models.Model):
     version = models.PositiveIntegerField()
     title = models.CharField(max_length=200)
     document = models.TextField(help_text="Canonical JSON bytes of the definition.")
-    fingerprint = models.CharField(max_length=64, unique=True)
+    contracts = models.TextField(
+        blank=True,
+        default="",
+        help_text="Canonical JSON of the action contracts pinned at publishing "
+        "(empty: published before contracts were pinned).",
+    )
+    fingerprint = models.CharField(
+        max_length=64,
+        unique=True,
+        help_text="BLAKE3 of the canonical document and contracts together.",
+    )
     source = models.CharField(max_length=300, blank=True, default="")
     published_at = models.DateTimeField()
     published_by = models.ForeignKey(
@@ -57,6 +67,12 @@ class Instance(models.Model):
         max_length=12, choices=InstanceStatus.choices, default=InstanceStatus.RUNNING
     )
     reason = models.TextField(blank=True, default="")
+    contracts = models.TextField(
+        blank=True,
+        default="",
+        help_text="Canonical JSON of the action contracts operators migrated this instance "
+        "to (by an approved migration); empty: the definition's own.",
+    )
     next_ordinal = models.PositiveIntegerField(default=1)
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -72,6 +88,10 @@ class Instance(models.Model):
         permissions = [
             ("start_instance", "Can start workflow instances"),
             ("operate_instance", "Can retry, cancel and resolve steps of instances"),
+            (
+                "migrate_instance",
+                "Can request and approve moving an instance to an action's changed contract",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -230,3 +250,59 @@ class KeptAnswer(models.Model):
 
     def __str__(self) -> str:
         return f"Kept answer ({self.outcome}) for {self.operation_key[:15]}…"
+
+
+class MigrationState(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class ContractMigration(models.Model):
+    """An operator's request to run an instance under an action's changed contract.
+
+    A second person approves it (four eyes); only then is the instance's pinned contract
+    for that action replaced. Request and approval are facts on the instance's chain.
+    """
+
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="contract_migrations"
+    )
+    action = models.CharField(max_length=200)
+    pinned = models.JSONField(help_text="The contract the instance was pinned to.")
+    accepted = models.JSONField(help_text="The provider's contract the request accepts.")
+    rationale = models.TextField()
+    state = models.CharField(
+        max_length=10, choices=MigrationState.choices, default=MigrationState.REQUESTED
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    requested_at = models.DateTimeField()
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The approver (or whoever rejected it).",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "engine_contract_migration"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance", "action"],
+                condition=Q(state="requested"),
+                name="engine_one_open_migration_per_action",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="approved") | ~Q(decided_by=models.F("requested_by")),
+                name="engine_migration_four_eyes",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Migration of {self.action} on instance {self.instance_id} ({self.state})"

@@ -10,7 +10,7 @@ from ..errors import RecoveryValidationError
 from ..models import IntegrityIncident
 from ..subjects import Subject
 
-__all__ = ["incident_open", "incident_reverify", "subject_verify"]
+__all__ = ["incident_open", "incident_report", "incident_reverify", "subject_verify"]
 
 
 def incident_open(*, verification: Verification) -> IntegrityIncident:
@@ -32,6 +32,24 @@ def incident_open(*, verification: Verification) -> IntegrityIncident:
         return IntegrityIncident.objects.get(
             subject_type=subject.type, subject_id=subject.id, status="open"
         )
+
+
+def incident_report(*, subject: Subject, reason: str) -> IntegrityIncident:
+    """Open an incident for a contradiction found outside the chain, or return the open one.
+
+    For a caller that compared its own records with what they were pinned to (a stored
+    document that no longer hashes to its fingerprint, say) and found them changed. The
+    incident has no chain position. Like :func:`incident_open`, at most one is open per
+    subject: while one is open, this returns it unchanged. Resolving it is the same
+    re-verification; the caller that found the contradiction opens it again if it is
+    still there.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise RecoveryValidationError("Say what was found: an incident needs a reason.")
+    return incident_open(
+        verification=Verification(subject, ok=False, length=0, position=None, reason=reason)
+    )
 
 
 def subject_verify(

@@ -126,6 +126,9 @@ POST_ACTIONS = [
     ("instance_handoff", ("instance", "token")),
     ("instance_decision_approve", ("instance", 999)),
     ("instance_decision_reject", ("instance", 999)),
+    ("instance_migrate", ("instance",)),
+    ("instance_migration_approve", ("instance", 999)),
+    ("instance_migration_reject", ("instance", 999)),
 ]
 
 

@@ -159,9 +159,11 @@ def test_unpinned_gated_action_blocks_its_instance_before_dispatch(ungated_resto
 
 
 def test_the_step_gate_itself_refuses_an_unpinned_gated_action(ungated_restore, monkeypatch):
-    # Defence in depth: even if the definition check were skipped, the step is not dispatched.
+    # Defence in depth: even if the definition checks were skipped (that it resolves, and
+    # that its pinned contracts still match), the step is not dispatched.
     _, instance = ungated_restore
     monkeypatch.setattr(runtime, "unresolved_reason", lambda definition: "")
+    monkeypatch.setattr(runtime, "pinned_contracts_refusal", lambda run: None)
     write, calls = counted(alpha.restore)
     with registry.override(write):
         run(instance)

@@ -8,13 +8,14 @@ from django.contrib import admin, messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 
 from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
 from ..definitions import DefinitionInvalid
 from ..forms import DefinitionUploadForm
 from ..models import Definition
-from ..services.definitions import definition_publish, unresolved_reason
+from ..services.definitions import definition_publish, start_refusal
 from .base import ReadOnlyAdmin, pre, require, short
 
 PUBLISH = "engine.publish_definition"
@@ -36,6 +37,7 @@ class DefinitionAdmin(ReadOnlyAdmin):
         "published_at",
         "published_by",
         "runs_here",
+        "contracts_pretty",
         "document_pretty",
     )
     readonly_fields = fields
@@ -48,12 +50,26 @@ class DefinitionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Document")
     def document_pretty(self, obj: Definition):
-        return pre(json.loads(obj.document))
+        try:
+            return pre(json.loads(obj.document))
+        except ValueError:  # changed in the database: "Runs here" says so
+            return format_html('<pre class="govflow-json">{}</pre>', obj.document)
+
+    @admin.display(description="Pinned action contracts")
+    def contracts_pretty(self, obj: Definition):
+        if not obj.contracts:
+            return "None: published before action contracts were pinned."
+        return pre(json.loads(obj.contracts))
 
     @admin.display(description="Runs here")
     def runs_here(self, obj: Definition) -> str:
-        reason = unresolved_reason(obj)
-        return f"No: {reason}" if reason else "Yes: every action it names is registered."
+        reason = start_refusal(obj)
+        if reason:
+            return f"No: {reason}"
+        return (
+            "Yes: every action it names is registered. Each is as its provider declared it "
+            "when this version was published."
+        )
 
     def get_urls(self):
         info = self.opts.app_label, self.opts.model_name

@@ -1,8 +1,9 @@
 """What an instance's page shows: reads only, gathered for the template.
 
 Forms an operator submitted with errors are passed back in ``bound`` so the page shows
-them in place (keyed ``"cancel"``, ``("approval", token id)``, ``("handoff", token id)``
-or ``("reject", decision id)``).
+them in place (keyed ``"cancel"``, ``("approval", token id)``, ``("handoff", token id)``,
+``("reject", decision id)``, ``("migrate", action name)`` or ``("migration_reject",
+migration id)``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from recovery.api import DecisionState, RecoveryError, Subject, chain_verify
 from recovery.models import Decision, IntegrityIncident, Operation
 
 from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
-from ..models import Instance, Token, TokenState, WaitKind
+from ..migration_forms import MigrationRejectForm, MigrationRequestForm
+from ..models import ContractMigration, Instance, MigrationState, Token, TokenState, WaitKind
 from ..registry import ActionDefinition, registry
-from ..services.definitions import spec_of
+from ..services.contract_migrations import MIGRATE, migration_candidates
+from ..services.definitions import trusted_spec
 from ..services.runtime import TERMINAL_STATUSES
 from ..services.steps import SUBJECT_TYPE
 from .base import pretty_json
@@ -31,7 +34,7 @@ def subject_of(instance: Instance) -> Subject:
 
 
 def node_of(instance: Instance, token: Token) -> dict[str, Any]:
-    return dict(spec_of(instance.definition).nodes.get(token.node_id, {}))
+    return dict(trusted_spec(instance.definition).nodes.get(token.node_id, {}))
 
 
 def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
@@ -86,6 +89,50 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
     return rows
 
 
+@dataclass
+class ContractChange:
+    action: str
+    change: str
+    open_migration: ContractMigration | None = None
+    request_form: MigrationRequestForm | None = None
+
+
+@dataclass
+class MigrationRow:
+    migration: ContractMigration
+    reject_form: MigrationRejectForm | None = None
+    may_approve: bool = False
+
+
+def _contract_context(request, instance: Instance, active: bool, bound) -> dict[str, Any]:
+    """The actions a provider changed under this instance, and their migrations."""
+    user = request.user
+    migrations = list(
+        instance.contract_migrations.select_related("requested_by", "decided_by").order_by(
+            "requested_at", "pk"
+        )
+    )
+    open_by_action = {m.action: m for m in migrations if m.state == MigrationState.REQUESTED}
+    changes = []
+    for action, change in migration_candidates(instance) if active else []:
+        row = ContractChange(action, change, open_migration=open_by_action.get(action))
+        if row.open_migration is None and user.has_perm(MIGRATE):
+            row.request_form = bound.get(("migrate", action)) or MigrationRequestForm(
+                actions=[action], initial={"action": action}, auto_id=f"id_migrate_{action}_%s"
+            )
+        changes.append(row)
+    rows = []
+    for migration in migrations:
+        row = MigrationRow(migration)
+        if migration.state == MigrationState.REQUESTED and user.has_perm(MIGRATE):
+            row.may_approve = migration.requested_by_id != user.pk
+            row.reject_form = bound.get(("migration_reject", migration.pk)) or (
+                MigrationRejectForm(auto_id=f"id_migration_reject_{migration.pk}_%s")
+            )
+        rows.append(row)
+    return {"contract_changes": changes, "migrations": rows}
+
+
 def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
     may_decide = request.user.has_perm(APPROVE)
     rows = []
@@ -138,4 +185,5 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "cancel_form": (bound.get("cancel") or CancelForm())
         if (active and user.has_perm(OPERATE))
         else None,
+        **_contract_context(request, instance, active, bound),
     }

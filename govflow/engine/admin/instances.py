@@ -30,7 +30,14 @@ from ..forms import (
     InstanceStartForm,
     RejectDecisionForm,
 )
-from ..models import Instance, Token
+from ..migration_forms import MigrationRejectForm, MigrationRequestForm
+from ..models import ContractMigration, Instance, Token
+from ..services.contract_migrations import (
+    MIGRATE,
+    instance_migrate_approve,
+    instance_migrate_reject,
+    instance_migrate_request,
+)
 from ..services.instances import instance_cancel, instance_start, step_retry
 from ..services.waits import approval_decide, handoff_approve, handoff_reject, handoff_request
 from .base import ReadOnlyAdmin, require
@@ -84,6 +91,17 @@ class InstanceAdmin(ReadOnlyAdmin):
                 "<int:instance_id>/decisions/<int:decision_id>/reject/",
                 self.decision_reject_view,
                 "decision_reject",
+            ),
+            url("<int:instance_id>/migrations/request/", self.migrate_view, "migrate"),
+            url(
+                "<int:instance_id>/migrations/<int:migration_id>/approve/",
+                self.migration_approve_view,
+                "migration_approve",
+            ),
+            url(
+                "<int:instance_id>/migrations/<int:migration_id>/reject/",
+                self.migration_reject_view,
+                "migration_reject",
             ),
             *super().get_urls(),
         ]
@@ -315,5 +333,72 @@ class InstanceAdmin(ReadOnlyAdmin):
             ),
             done=lambda _: (
                 f"Decision {decision.pk} is rejected; the step still waits for a decision."
+            ),
+        )
+
+    # -- migrations to an action's changed contract -------------------------------------
+
+    def _migration(self, instance: Instance, migration_id: int) -> ContractMigration:
+        migration = instance.contract_migrations.filter(pk=migration_id).first()
+        if migration is None:
+            raise Http404(f"Instance {instance.pk} has no migration {migration_id}.")
+        return migration
+
+    def migrate_view(self, request, instance_id: int):
+        instance = self.get_instance(request, instance_id, MIGRATE)
+        action = request.POST.get("action", "")
+        form = MigrationRequestForm(
+            request.POST if request.method == "POST" else None,
+            actions=[action],
+            auto_id=f"id_migrate_{action}_%s",
+        )
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot=("migrate", action),
+            call=lambda: instance_migrate_request(
+                instance_id=instance.pk,
+                action=form.cleaned_data["action"],
+                rationale=form.cleaned_data["rationale"],
+                actor=request.user,
+            ),
+            done=lambda migration: (
+                f"Migration {migration.pk} of {migration.action} is requested. Another person "
+                "with the migrate permission must approve it before the instance moves on."
+            ),
+        )
+
+    def migration_approve_view(self, request, instance_id: int, migration_id: int):
+        instance = self.get_instance(request, instance_id, MIGRATE)
+        migration = self._migration(instance, migration_id)
+        return self.act(
+            request,
+            instance,
+            call=lambda: instance_migrate_approve(migration_id=migration.pk, actor=request.user),
+            done=lambda approved: (
+                f"Migration {approved.pk} is approved: instance {instance.pk} runs "
+                f"{approved.action} under its current contract and moves on."
+            ),
+        )
+
+    def migration_reject_view(self, request, instance_id: int, migration_id: int):
+        instance = self.get_instance(request, instance_id, MIGRATE)
+        migration = self._migration(instance, migration_id)
+        form = MigrationRejectForm(
+            request.POST if request.method == "POST" else None,
+            auto_id=f"id_migration_reject_{migration.pk}_%s",
+        )
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot=("migration_reject", migration.pk),
+            call=lambda: instance_migrate_reject(
+                migration_id=migration.pk, actor=request.user, note=form.cleaned_data["note"]
+            ),
+            done=lambda _: (
+                f"Migration {migration.pk} is rejected; the instance stays blocked until its "
+                "actions are migrated or it is cancelled."
             ),
         )

@@ -28,7 +28,7 @@ from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..models import Definition, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
 from ..queue import enqueue_advance
-from .definitions import spec_of, unresolved_reason
+from .definitions import spec_of, start_refusal
 from .routing import Router
 from .runtime import (
     TERMINAL_STATUSES,
@@ -90,7 +90,7 @@ def instance_start(
                 f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}" for e in errors[:5]
             )
             raise InvalidRequest(f"Variables do not match {definition}: {detail}.")
-    reason = unresolved_reason(definition)
+    reason = start_refusal(definition)
     if reason:
         raise InvalidRequest(f"{definition} cannot run here: {reason}")
     access = dict(access or {})

@@ -63,7 +63,12 @@ from ..definitions import Spec
 from ..liveness import worker_name
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
-from .definitions import definition_pinned, spec_of, unresolved_reason
+from .definitions import (
+    instance_pinned,
+    pinned_contracts_refusal,
+    pinned_definition_refusal,
+    unresolved_reason,
+)
 from .routing import ACTIVE, RouteError, Router, derive_status
 
 log = logging.getLogger("govflow.engine")
@@ -115,6 +120,9 @@ class Run:
     instance: Instance
     spec: Spec
     fence: Fence
+    definition_fp: str = ""
+    """The hash of the definition's stored bytes, computed when the run loaded it: the
+    ledger records this one, and it must equal the instance's pin (``instance_run``)."""
     active: dict[int, Token] = field(default_factory=dict)
     reached_end: bool = False
     renewed_at: float = field(default_factory=time.monotonic)
@@ -399,29 +407,26 @@ class Run:
 
 
 def _load_run(instance_id: int, fence: Fence) -> Run | None:
-    """The instance and its active tokens: two plain queries, the definition cached."""
+    """The instance and its active tokens: two plain queries, the definition re-hashed."""
     quote = connection.ops.quote_name
     subject = Subject(SUBJECT_TYPE, str(instance_id))
     projection_sql, projection_params = projection_head_sql(subject)
     incident_sql, incident_params = incident_open_sql(subject)
-    instance = next(
-        iter(
-            Instance.objects.raw(
-                f"SELECT *, {projection_sql} AS recorded_projection, {incident_sql} AS "
-                f"integrity_incident FROM {quote(Instance._meta.db_table)} WHERE id = %s",
-                [*projection_params, *incident_params, instance_id],
-            )
-        ),
-        None,
+    loaded = instance_pinned(
+        instance_id,
+        extra=[
+            (projection_sql, "recorded_projection", projection_params),
+            (incident_sql, "integrity_incident", incident_params),
+        ],
     )
-    if instance is None:
+    if loaded is None:
         return None
-    instance.definition = definition_pinned(instance.definition_id, instance.definition_fp)
-    spec = spec_of(instance.definition)
+    instance, pinned = loaded
     run = Run(
         instance=instance,
-        spec=spec,
+        spec=pinned.spec,
         fence=fence,
+        definition_fp=pinned.fingerprint,
         recorded_projection=instance.recorded_projection or "",
         integrity_incident=instance.integrity_incident,
     )
@@ -606,14 +611,14 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
         report.status = run.instance.status
         if run.instance.status in TERMINAL_STATUSES:
             return report
-        reason = unresolved_reason(run.instance.definition)
+        # A definition changed in the database is refused before anything reads it.
+        refusal = pinned_definition_refusal(run)
+        reason = "" if refusal else unresolved_reason(run.instance.definition)
         if reason:
-            block(
-                run,
-                None,
-                "definition_unresolved",
-                f"The definition no longer resolves here: {reason}",
-            )
+            refusal = ("definition_unresolved", f"The definition no longer resolves here: {reason}")
+        refusal = refusal or pinned_contracts_refusal(run)
+        if refusal:
+            block(run, None, *refusal)
             report.status = InstanceStatus.BLOCKED
             return report
         problem = run.integrity_problem()

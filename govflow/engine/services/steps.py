@@ -206,7 +206,7 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
             f"No installed provider registers {node['action']}; install its module.",
         )
     input_value, preview, access = prepare(run, token, node, action)
-    definition_fp = run.instance.definition_fp
+    definition_fp = run.definition_fp  # re-hashed from the stored definition, not copied
     input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
     if token.idempotency_key:
         previous = (
