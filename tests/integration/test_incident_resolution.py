@@ -546,3 +546,28 @@ def test_nobody_else_writes_an_incidents_trail(incident):
             subject=api.incident_trail(incident.pk), kind="incident.resolved", fact={"x": 1}
         )
     assert trail_kinds(incident) == []
+
+
+def test_a_registered_approver_acts_for_its_subject_type_and_can_be_overridden_in_tests(
+    resolver, second_resolver
+):
+    subject = api.Subject("tests.parcel", "A-1")
+    incident = api.incident_report(subject=subject, reason="The parcel row was edited.")
+    request(incident, resolver, watermark=0)
+    seen = []
+
+    def approve(*, incident_id, actor):
+        seen.append((incident_id, actor.username))
+        return api.incident_resolve_approve(incident_id=incident_id, approved_by=actor)
+
+    kind = api.SubjectType(
+        "tests.parcel", "Parcel", url=lambda s: f"/parcels/{s.id}/", resolve_approve=approve
+    )
+    with api.subject_types.override(kind):
+        assert api.subject_types.url_of(subject) == "/parcels/A-1/"
+        outcome = api.incident_resolve_approve_via_owner(
+            incident_id=incident.pk, actor=second_resolver
+        )
+    assert outcome.resolved and seen == [(incident.pk, "rob")]
+    assert api.subject_types.get("tests.parcel") is None, "the override ends with the block"
+    assert api.subject_types.url_of(subject) is None
