@@ -1,10 +1,32 @@
-"""Read-only admin pages for the ledger. Nobody edits facts or evidence by hand."""
+"""Admin pages for the ledger: read-only, except an incident's four-eyes resolution.
+
+Nobody edits facts or evidence by hand.
+"""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 
+from .chain import chain_verify
+from .errors import ConflictError, RecoveryError, RecoveryValidationError
+from .forms import ResolutionRejectForm, ResolutionRequestForm
 from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
+from .services.facts import incident_trail
+from .services.resolutions import (
+    RESOLVE_PERMISSION,
+    incident_resolve_approve_via_owner,
+    incident_resolve_reject,
+    incident_resolve_request,
+    incident_resolve_withdraw,
+)
+from .states import IncidentStatus, ResolutionState
+from .subjects import Subject, subject_types
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -53,7 +75,16 @@ class LeaseAdmin(ReadOnlyAdmin):
 
 @admin.register(IntegrityIncident)
 class IntegrityIncidentAdmin(ReadOnlyAdmin):
+    """The incident's page: what broke, the chain now, and its four-eyes resolution.
+
+    Nothing is edited through a model form. Requesting, approving, rejecting and
+    withdrawing a resolution each have their own POST view, which checks the view
+    permission and ``recovery.resolve_incident`` (403 otherwise), calls one service and
+    redirects back to the page.
+    """
+
     list_display = (
+        "id",
         "subject_type",
         "subject_id",
         "position",
@@ -61,8 +92,185 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
         "detected_at",
         "resolved_at",
     )
+    list_display_links = ("id", "subject_type", "subject_id")
     list_filter = ("status",)
     search_fields = ("subject_id", "reason")
+
+    def get_urls(self):
+        def url(route: str, view, name: str):
+            return path(
+                f"<int:incident_id>/resolution/{route}/",
+                self.admin_site.admin_view(view),
+                name=f"recovery_integrityincident_resolution_{name}",
+            )
+
+        return [
+            url("request", self.request_view, "request"),
+            url("approve", self.approve_view, "approve"),
+            url("reject", self.reject_view, "reject"),
+            url("withdraw", self.withdraw_view, "withdraw"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The incident's own page (replaces the model form: nothing is edited here)."""
+        if request.method not in ("GET", "HEAD"):
+            raise PermissionDenied
+        return self.render_incident(request, self.get_incident(request, unquote(object_id)))
+
+    def get_incident(self, request, incident_id, *, act: bool = False) -> IntegrityIncident:
+        """The incident, once the user may see it (and, with ``act``, resolve it)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if act and not request.user.has_perm(RESOLVE_PERMISSION):
+            raise PermissionDenied
+        incident = self.get_object(request, str(incident_id))
+        if incident is None:
+            raise Http404(f"No integrity incident has id {incident_id}.")
+        return incident
+
+    def render_incident(self, request, incident: IntegrityIncident, bound: dict | None = None):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Integrity incident {incident.pk}",
+            "object": incident,
+            **incident_context(request, incident, bound or {}),
+        }
+        return TemplateResponse(request, "admin/recovery/integrityincident/detail.html", context)
+
+    def act(self, request, incident_id: int, call, done, *, form=None, slot: str = ""):
+        """Check, validate ``form``, run ``call`` (one service), report, redirect back.
+
+        A service's validation error is shown on the form it came from; a conflict (someone
+        else acted first) and an approval that resolved nothing become error messages.
+        """
+        incident = self.get_incident(request, incident_id, act=True)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if form is not None and not form.is_valid():
+            return self.render_incident(request, incident, {slot: form})
+        try:
+            result = call(incident)
+        except ConflictError as exc:
+            messages.error(request, str(exc))
+        except RecoveryValidationError as exc:
+            if form is None:
+                messages.error(request, str(exc))
+            else:
+                form.add_error(None, str(exc))
+                incident.refresh_from_db()
+                return self.render_incident(request, incident, {slot: form})
+        except RecoveryError as exc:  # e.g. the chain keys are missing from settings
+            messages.error(request, str(exc))
+        else:
+            if getattr(result, "resolved", True):
+                messages.success(request, done(incident, result))
+            else:
+                messages.error(request, done(incident, result))
+        return redirect(reverse("admin:recovery_integrityincident_change", args=[incident.pk]))
+
+    def request_view(self, request, incident_id: int):
+        form = ResolutionRequestForm(request.POST if request.method == "POST" else None)
+        return self.act(
+            request,
+            incident_id,
+            form=form,
+            slot="request",
+            call=lambda incident: incident_resolve_request(
+                incident_id=incident.pk,
+                requested_by=request.user,
+                rationale=form.cleaned_data["rationale"],
+                watermark=form.cleaned_data["watermark"],
+            ),
+            done=lambda incident, resolution: (
+                f"Resolution request {resolution.pk} of incident {incident.pk} is recorded. "
+                "Another person with the permission to resolve incidents must check it and "
+                "approve it; approval verifies the chain again."
+            ),
+        )
+
+    def approve_view(self, request, incident_id: int):
+        return self.act(
+            request,
+            incident_id,
+            call=lambda incident: incident_resolve_approve_via_owner(
+                incident_id=incident.pk, actor=request.user
+            ),
+            done=lambda incident, outcome: outcome.message,
+        )
+
+    def reject_view(self, request, incident_id: int):
+        form = ResolutionRejectForm(request.POST if request.method == "POST" else None)
+        return self.act(
+            request,
+            incident_id,
+            form=form,
+            slot="reject",
+            call=lambda incident: incident_resolve_reject(
+                incident_id=incident.pk, rejected_by=request.user, note=form.cleaned_data["note"]
+            ),
+            done=lambda incident, resolution: (
+                f"Resolution request {resolution.pk} is rejected; incident {incident.pk} stays "
+                "open."
+            ),
+        )
+
+    def withdraw_view(self, request, incident_id: int):
+        return self.act(
+            request,
+            incident_id,
+            call=lambda incident: incident_resolve_withdraw(
+                incident_id=incident.pk, withdrawn_by=request.user
+            ),
+            done=lambda incident, resolution: (
+                f"You withdrew resolution request {resolution.pk}; incident {incident.pk} "
+                "stays open."
+            ),
+        )
+
+
+def incident_context(request, incident: IntegrityIncident, bound: dict) -> dict:
+    """What the incident's page shows: reads only."""
+    user = request.user
+    subject = Subject(incident.subject_type, incident.subject_id)
+    kind = subject_types.get(subject.type)
+    resolutions = list(
+        incident.resolutions.select_related("requested_by", "decided_by").order_by(
+            "requested_at", "pk"
+        )
+    )
+    pending = next((r for r in resolutions if r.state == ResolutionState.REQUESTED), None)
+    is_open = incident.status == IncidentStatus.OPEN
+    may_resolve = is_open and user.has_perm(RESOLVE_PERMISSION)
+    try:
+        verification, verify_error = chain_verify(subject), ""
+    except RecoveryError as exc:  # e.g. chain keys missing from settings
+        verification, verify_error = None, str(exc)
+    trail = incident_trail(incident.pk)
+    return {
+        "incident": incident,
+        "subject": subject,
+        "subject_label": kind.label if kind else subject.type,
+        "subject_url": subject_types.url_of(subject),
+        "verification": verification if is_open else None,
+        "verify_error": verify_error if is_open else "",
+        "resolutions": resolutions,
+        "pending": pending,
+        "request_form": (bound.get("request") or ResolutionRequestForm())
+        if may_resolve and pending is None
+        else None,
+        "may_decide": may_resolve and pending is not None and pending.requested_by_id != user.pk,
+        "may_withdraw": may_resolve and pending is not None and pending.requested_by_id == user.pk,
+        "reject_form": bound.get("reject") or ResolutionRejectForm(),
+        "trail": trail,
+        "trail_facts": list(
+            Checkpoint.objects.filter(subject_type=trail.type, subject_id=trail.id)
+            .order_by("seq")
+            .values("seq", "kind", "recorded_at")
+        ),
+        "resolve_permission": RESOLVE_PERMISSION,
+    }
 
 
 class EvidenceInline(admin.TabularInline):

@@ -41,8 +41,13 @@ from .projections import (
     projection_register,
 )
 from .services.decisions import decision_approve, decision_reject, decision_request
-from .services.facts import fact_append, facts_read
-from .services.incidents import incident_open, incident_report, incident_reverify, subject_verify
+from .services.facts import INCIDENT_TRAIL, fact_append, facts_read, incident_trail
+from .services.incidents import (
+    incident_open,
+    incident_report,
+    incident_reverify,
+    subject_verify,
+)
 from .services.leases import (
     Fence,
     fence_condition,
@@ -64,18 +69,33 @@ from .services.operations import (
     operation_record,
     operations_for_effect,
 )
+from .services.resolutions import (
+    RESOLVE_PERMISSION,
+    IncidentConflict,
+    IncidentError,
+    ResolutionOutcome,
+    incident_resolve_approve,
+    incident_resolve_approve_via_owner,
+    incident_resolve_reject,
+    incident_resolve_request,
+    incident_resolve_withdraw,
+)
 from .states import (
     TERMINAL,
     TRANSITIONS,
     DecisionKind,
     DecisionState,
+    IncidentStatus,
     OperationState,
     RecoveryMode,
+    ResolutionState,
     can_transition,
 )
-from .subjects import Subject
+from .subjects import Subject, SubjectType, subject_type_register, subject_types
 
 __all__ = [
+    "INCIDENT_TRAIL",
+    "RESOLVE_PERMISSION",
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
     "TRANSITIONS",
@@ -94,6 +114,9 @@ __all__ = [
     "EvidenceRejected",
     "Fence",
     "FingerprintKind",
+    "IncidentConflict",
+    "IncidentError",
+    "IncidentStatus",
     "InputFingerprintMismatch",
     "IntegrityIncidentOpen",
     "IntegrityViolation",
@@ -108,9 +131,12 @@ __all__ = [
     "RecoveryError",
     "RecoveryMode",
     "RecoveryValidationError",
+    "ResolutionOutcome",
+    "ResolutionState",
     "RevisionRollback",
     "StaleFence",
     "Subject",
+    "SubjectType",
     "Verification",
     "atomic",
     "can_transition",
@@ -130,7 +156,13 @@ __all__ = [
     "incident_open",
     "incident_open_sql",
     "incident_report",
+    "incident_resolve_approve",
+    "incident_resolve_approve_via_owner",
+    "incident_resolve_reject",
+    "incident_resolve_request",
+    "incident_resolve_withdraw",
     "incident_reverify",
+    "incident_trail",
     "insert_row",
     "joined",
     "lease_acquire",
@@ -151,5 +183,7 @@ __all__ = [
     "projection_register",
     "revision_require",
     "subject_revision",
+    "subject_type_register",
+    "subject_types",
     "subject_verify",
 ]

@@ -11,7 +11,14 @@ from django.core.files.storage import storages
 from django.db import models
 from django.db.models import F, Q
 
-from .states import DecisionKind, DecisionState, IncidentStatus, OperationState, RecoveryMode
+from .states import (
+    DecisionKind,
+    DecisionState,
+    IncidentStatus,
+    OperationState,
+    RecoveryMode,
+    ResolutionState,
+)
 
 FP = {"max_length": 64}
 
@@ -106,7 +113,11 @@ class Checkpoint(models.Model):
 
 
 class IntegrityIncident(models.Model):
-    """A broken chain or contradictory fact. While open, success is refused for the subject."""
+    """A broken chain or contradictory fact. While open, success is refused for the subject.
+
+    It is resolved only by an :class:`IncidentResolution` that one person requests and a
+    second person approves, and only if the subject's chain verifies at that approval.
+    """
 
     subject_type = models.CharField(max_length=100)
     subject_id = models.CharField(max_length=100)
@@ -123,10 +134,17 @@ class IntegrityIncident(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="+",
+        help_text="The approver of the resolution (never its requester).",
     )
 
     class Meta:
         db_table = "recovery_incident"
+        permissions = [
+            (
+                "resolve_incident",
+                "Can request, approve or reject the resolution of an integrity incident",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["subject_type", "subject_id"],
@@ -137,6 +155,59 @@ class IntegrityIncident(models.Model):
 
     def __str__(self) -> str:
         return f"Incident on {self.subject_type}:{self.subject_id} ({self.status})"
+
+
+class IncidentResolution(models.Model):
+    """A request to resolve an integrity incident: what was repaired and how.
+
+    One person requests it; a different person approves it, and approval resolves the
+    incident only if the subject's chain verifies at that moment.
+    """
+
+    incident = models.ForeignKey(
+        IntegrityIncident, on_delete=models.PROTECT, related_name="resolutions"
+    )
+    rationale = models.TextField(help_text="What was repaired, and how.")
+    watermark = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The subject's revision the requester saw before (verification demands "
+        "at least this many checkpoints).",
+    )
+    state = models.CharField(
+        max_length=10, choices=ResolutionState.choices, default=ResolutionState.REQUESTED
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    requested_at = models.DateTimeField()
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The approver (or rejecter); never the requester.",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "recovery_incident_resolution"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(decided_by__isnull=True) | ~Q(decided_by=F("requested_by")),
+                name="recovery_incident_resolution_four_eyes",
+            ),
+            models.UniqueConstraint(
+                fields=["incident"],
+                condition=Q(state="requested"),
+                name="recovery_one_open_resolution_per_incident",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Resolution {self.pk} of incident {self.incident_id} ({self.state})"
 
 
 class Decision(models.Model):

@@ -67,3 +67,12 @@ class DecisionState(models.TextChoices):
 class IncidentStatus(models.TextChoices):
     OPEN = "open", "Open"
     RESOLVED = "resolved", "Resolved"
+
+
+class ResolutionState(models.TextChoices):
+    """Where a request to resolve an integrity incident stands."""
+
+    REQUESTED = "requested", "Awaiting approval"
+    APPROVED = "approved", "Approved (incident resolved)"
+    REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn by the requester"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import RecoveryValidationError
 
@@ -33,3 +36,87 @@ class Subject:
 
     def __str__(self) -> str:
         return f"{self.type}:{self.id}"
+
+
+@dataclass(frozen=True)
+class SubjectType:
+    """What the host application tells the recovery core about one kind of subject.
+
+    ``url`` returns the host's page of a subject (the incident's admin page links to it);
+    ``resolve_approve``, when given, replaces
+    :func:`recovery.services.incidents.incident_resolve_approve` for incidents on this kind
+    of subject, with the same keyword arguments (``incident_id``, ``actor``) and result, so
+    the host can act in the same commit (the engine re-queues the instance). The recovery
+    admin and ``recovery_verify --approve`` approve through it.
+    """
+
+    name: str
+    label: str
+    url: Callable[[Subject], str | None] | None = None
+    resolve_approve: Callable[..., Any] | None = None
+
+
+class SubjectTypes:
+    """The registry of :class:`SubjectType`: registered once, by the app that owns the type.
+
+    Register from an ``AppConfig.ready()``; a second registration of the same name is an
+    error (two apps claiming one subject type). Tests use :meth:`override`.
+    """
+
+    def __init__(self) -> None:
+        self._types: dict[str, SubjectType] = {}
+
+    def register(
+        self,
+        name: str,
+        *,
+        label: str,
+        url: Callable[[Subject], str | None] | None = None,
+        resolve_approve: Callable[..., Any] | None = None,
+    ) -> SubjectType:
+        if not isinstance(name, str) or not name or len(name) > 100:
+            raise RecoveryValidationError(
+                f"A subject type must be a string of 1-100 characters, not {name!r}."
+            )
+        if name in self._types:
+            raise RecoveryValidationError(
+                f"Subject type {name!r} is already registered; each type has one owner."
+            )
+        kind = SubjectType(name, label, url, resolve_approve)
+        self._types[name] = kind
+        return kind
+
+    def get(self, name: str) -> SubjectType | None:
+        return self._types.get(name)
+
+    def url_of(self, subject: Subject) -> str | None:
+        """The host's page of ``subject``, or None when its type registered none."""
+        kind = self._types.get(subject.type)
+        return kind.url(subject) if kind and kind.url else None
+
+    @contextmanager
+    def override(self, kind: SubjectType) -> Iterator[SubjectType]:
+        """Register ``kind`` (replacing any registration of its name) for a ``with`` block."""
+        previous = self._types.get(kind.name)
+        self._types[kind.name] = kind
+        try:
+            yield kind
+        finally:
+            if previous is None:
+                self._types.pop(kind.name, None)
+            else:
+                self._types[kind.name] = previous
+
+
+subject_types = SubjectTypes()
+
+
+def subject_type_register(
+    name: str,
+    *,
+    label: str,
+    url: Callable[[Subject], str | None] | None = None,
+    resolve_approve: Callable[..., Any] | None = None,
+) -> SubjectType:
+    """Register a kind of subject with the recovery core (see :class:`SubjectType`)."""
+    return subject_types.register(name, label=label, url=url, resolve_approve=resolve_approve)

@@ -73,3 +73,20 @@ def second_approver(django_user_model):
 def on_postgres():
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL: SQLite serialises all writers, so there is no race")
+
+
+@pytest.fixture
+def resolver(django_user_model):
+    """Rita requests the resolution of integrity incidents (and may approve others')."""
+    return _user(django_user_model, "rita", "resolve_incident", "view_integrityincident")
+
+
+@pytest.fixture
+def second_resolver(django_user_model):
+    """Rob is the second pair of eyes on an incident's resolution."""
+    return _user(django_user_model, "rob", "resolve_incident", "view_integrityincident")
+
+
+@pytest.fixture
+def third_resolver(django_user_model):
+    return _user(django_user_model, "ruth", "resolve_incident", "view_integrityincident")

@@ -5,6 +5,13 @@ its own decisions on the same chain, so they are covered by the same keyed links
 engine records, say, that an operator moved an instance to a provider's changed contract.
 Such a fact is linked like any other and verified with the chain, but never replayed as
 an operation transition.
+
+The recovery desk's own work goes on chains of its own: an incident's resolution cannot be
+recorded on the chain the incident is about (that chain did not verify, and a fact
+appended after a broken link proves nothing), so each incident keeps a trail, the subject
+``recovery.incident:<id>`` (:func:`incident_trail`), verified by ``recovery_verify`` like
+any other. Its ``incident.*`` kinds are the core's own, like ``operation.*`` and
+``decision.*``.
 """
 
 from __future__ import annotations
@@ -22,20 +29,21 @@ from ..errors import RecoveryValidationError
 from ..models import Checkpoint
 from ..subjects import Subject
 
-__all__ = ["fact_append", "facts_read"]
+__all__ = ["INCIDENT_TRAIL", "fact_append", "facts_read", "incident_fact_append", "incident_trail"]
 
 # Namespaced like "engine.contract_migrated"; the ledger's own namespaces are reserved.
 KIND = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_.]*$")
-RESERVED = ("operation.", "decision.")
+RESERVED = ("operation.", "decision.", "incident.")
+INCIDENT_TRAIL = "recovery.incident"
 
 
-def _check_kind(kind: str) -> None:
+def _check_kind(kind: str, *, own: bool = False) -> None:
     if not isinstance(kind, str) or not KIND.match(kind) or len(kind) > 40:
         raise RecoveryValidationError(
             f"A fact kind is a namespaced name of at most 40 characters, such as "
             f"'engine.contract_migrated', not {kind!r}."
         )
-    if kind.startswith(RESERVED):
+    if not own and kind.startswith(RESERVED):
         raise RecoveryValidationError(
             f"Fact kinds starting with {' or '.join(RESERVED)} are the ledger's own; "
             f"choose your own namespace for {kind!r}."
@@ -52,6 +60,10 @@ def fact_append(*, subject: Subject, kind: str, fact: dict[str, Any]) -> int:
     first: nothing was recorded, try again.
     """
     _check_kind(kind)
+    return _append(subject, kind, fact)
+
+
+def _append(subject: Subject, kind: str, fact: dict[str, Any]) -> int:
     if not isinstance(fact, dict):
         raise RecoveryValidationError("A fact is a JSON object.")
     if "operation" in fact:
@@ -63,6 +75,21 @@ def fact_append(*, subject: Subject, kind: str, fact: dict[str, Any]) -> int:
     with atomic(), connection.cursor() as cursor:
         head = chain.append(cursor, subject, chain.read_head(cursor, subject), kind, fact)
     return head.seq
+
+
+def incident_trail(incident_id: int) -> Subject:
+    """The subject whose chain records what was done about incident ``incident_id``."""
+    return Subject(INCIDENT_TRAIL, str(incident_id))
+
+
+def incident_fact_append(*, incident_id: int, kind: str, fact: dict[str, Any]) -> int:
+    """Append an ``incident.*`` fact to the incident's trail (the core's own services only)."""
+    _check_kind(kind, own=True)
+    if not kind.startswith("incident."):
+        raise RecoveryValidationError(
+            f"An incident's trail records incident.* facts, not {kind!r}."
+        )
+    return _append(incident_trail(incident_id), kind, fact)
 
 
 def facts_read(*, subject: Subject, kind: str) -> list[dict[str, Any]]:

@@ -314,15 +314,15 @@ def test_success_on_a_tampered_chain_is_refused_and_opens_one_incident(subject, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_open_incident_blocks_success_until_reverification_finds_a_clean_chain(
-    subject, fence, approver
+def test_an_open_incident_blocks_success_until_a_second_person_approves_its_resolution(
+    subject, fence, resolver, second_resolver
 ):
     _, waiting, original = tamper_and_add_pending_work(subject, fence)
     with pytest.raises(api.ChainBroken):
         api.operation_observe(key=waiting, state="succeeded", fence=fence)
     incident = IntegrityIncident.objects.get(subject_id=subject.id, status="open")
 
-    assert not api.incident_reverify(incident=incident, actor=approver).ok
+    assert not api.incident_reverify(incident=incident).ok
     assert incident.status == "open" and incident.resolved_by is None
 
     checkpoints(subject).filter(seq=2).update(fact=original)
@@ -331,9 +331,21 @@ def test_an_open_incident_blocks_success_until_reverification_finds_a_clean_chai
         api.operation_observe(key=waiting, state="succeeded", fence=fence)
     assert Operation.objects.get(key=waiting).state == "dispatched"
 
-    assert api.incident_reverify(incident=incident, actor=approver).ok
+    # A clean chain alone resolves nothing: one person requests, another approves.
+    assert api.incident_reverify(incident=incident).ok
+    assert incident.status == "open"
+    api.incident_resolve_request(
+        incident_id=incident.pk,
+        requested_by=resolver,
+        rationale="Checkpoint #2 restored from the nightly backup.",
+    )
+    with pytest.raises(api.IntegrityIncidentOpen):
+        api.operation_observe(key=waiting, state="succeeded", fence=fence)
+    outcome = api.incident_resolve_approve(incident_id=incident.pk, approved_by=second_resolver)
+    assert outcome.resolved, outcome.message
+    incident.refresh_from_db()
     assert incident.status == "resolved"
-    assert incident.resolved_by == approver and incident.resolved_at is not None
+    assert incident.resolved_by == second_resolver and incident.resolved_at is not None
     done = api.operation_observe(key=waiting, state="succeeded", fence=fence)
     assert (done.state, done.chain_seq) == ("succeeded", 8)
     assert api.chain_verify(subject).ok

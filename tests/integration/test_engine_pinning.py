@@ -128,8 +128,13 @@ def test_a_restored_definition_runs_again_once_the_incident_is_reverified(django
     )
     s = subject(instance)
     incident = IntegrityIncident.objects.get(subject_type=s.type, subject_id=s.id)
-    operator = user_with(django_user_model, "olga")
-    assert api.incident_reverify(incident=incident, actor=operator).ok
+    # Resolved by two people once the chain verifies; the approval queues the instance.
+    olga = user_with(django_user_model, "olga", "recovery.resolve_incident")
+    carl = user_with(django_user_model, "carl", "recovery.resolve_incident")
+    api.incident_resolve_request(
+        incident_id=incident.pk, requested_by=olga, rationale="Definition row restored."
+    )
+    assert api.incident_resolve_approve_via_owner(incident_id=incident.pk, actor=carl).resolved
     assert drive(instance).status == InstanceStatus.COMPLETED
     assert [op.state for op in operations(instance)] == ["succeeded"]
 

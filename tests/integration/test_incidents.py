@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from recovery import api
-from recovery.models import Checkpoint, IntegrityIncident, Operation
+from recovery.models import Checkpoint, IncidentResolution, IntegrityIncident, Operation
 from recovery.subjects import Subject
 from recovery.testing import live_fence, new_subject, record
 
@@ -155,7 +155,9 @@ def test_a_watermark_on_an_unknown_subject_reports_a_missing_chain():
     assert lines[0].startswith("BROKEN govflow.instance:404 at #1: the chain ends at #0")
 
 
-def test_resolve_closes_only_the_incidents_whose_chain_verifies_again(django_user_model):
+def test_resolve_requests_resolution_only_where_the_chain_verifies_and_a_second_user_approves(
+    resolver, second_resolver
+):
     repaired, (fixed_key,) = make_subject("succeeded")
     still, (broken_key,) = make_subject("failed")
     original = Operation.objects.get(key=fixed_key).fence
@@ -169,18 +171,37 @@ def test_resolve_closes_only_the_incidents_whose_chain_verifies_again(django_use
 
     with pytest.raises(CommandError, match="--resolve needs --by"):
         verify("--resolve")
-    django_user_model.objects.create_user(username="ops", password="pw")
-    code, lines = verify("--resolve", "--by", "ops")
+    with pytest.raises(CommandError, match="--resolve needs --rationale"):
+        verify("--resolve", "--by", "rita")
+    code, lines = verify("--resolve", "--by", "rita", "--rationale", "Fence restored from backup.")
     assert code == 1
+    fixed = incidents[repaired.id].pk
+    request = IncidentResolution.objects.get(incident_id=fixed)
     assert (
-        f"RESOLVED incident {incidents[repaired.id].pk} on {repaired}: the chain verifies again"
+        f"REQUESTED resolution {request.pk} of incident {fixed} on {repaired}: a second person "
+        "with the permission recovery.resolve_incident approves it on the incident's admin "
+        f"page, or with recovery_verify --approve {fixed} --by THEIR_USERNAME"
     ) in lines
     assert sum(line.startswith("BROKEN ") for line in lines) == 1
-    assert set(open_incidents()) == {still.id}
-    resolved = IntegrityIncident.objects.get(pk=incidents[repaired.id].pk)
-    assert resolved.status == "resolved" and resolved.resolved_at is not None
-    assert resolved.resolved_by.username == "ops"
-    assert verify("--resolve", "--by", "ops", "--subject", str(repaired)) == (
+    assert not IncidentResolution.objects.filter(incident=incidents[still.id]).exists()
+    assert set(open_incidents()) == {repaired.id, still.id}, "a request resolves nothing"
+
+    with pytest.raises(CommandError, match="requested a resolution cannot approve it"):
+        verify("--approve", str(fixed), "--by", "rita")
+    assert verify("--approve", str(fixed), "--by", "rob") == (
         0,
-        ["1 chain(s) verified, 0 broken."],
+        [
+            f"RESOLVED Incident {fixed} is resolved: the chain of {repaired} verifies again "
+            "(2 checkpoints)."
+        ],
     )
+    assert set(open_incidents()) == {still.id}
+    resolved = IntegrityIncident.objects.get(pk=fixed)
+    assert resolved.status == "resolved" and resolved.resolved_at is not None
+    assert resolved.resolved_by.username == "rob"
+    assert (request.requested_by, request.rationale) == (resolver, "Fence restored from backup.")
+    # Running it again finds nothing to request on the resolved subject.
+    code, lines = verify(
+        "--resolve", "--by", "rita", "--rationale", "again", "--subject", str(repaired)
+    )
+    assert (code, lines) == (0, ["1 chain(s) verified, 0 broken."])

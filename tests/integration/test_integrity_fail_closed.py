@@ -18,6 +18,7 @@ from govflow.engine.models import Instance, InstanceStatus, KeptAnswer, Token, T
 from govflow.engine.provider import Succeeded
 from govflow.engine.registry import registry
 from govflow.engine.services.instances import step_retry
+from govflow.engine.services.integrity import integrity_incident_resolve_approve
 from govflow.engine.services.sweep import sweep_loop
 from govflow.engine.services.triggers import trigger_deliver
 from govflow.engine.services.waits import approval_decide, handoff_approve, handoff_request
@@ -279,7 +280,9 @@ def test_the_ledger_refuses_a_new_operation_while_the_effect_is_unsettled():
 # -- 3. A success refused by an incident is kept, never guessed -----------------------------
 
 
-def test_a_success_refused_by_an_open_incident_is_kept_and_recorded_after_resolution(approver):
+def test_a_success_refused_by_an_open_incident_is_kept_and_recorded_after_resolution(
+    resolver, second_resolver
+):
     def execute(context):
         result = alpha.write.execute(context)
         # Meanwhile someone's verification found a broken link on this instance.
@@ -299,9 +302,14 @@ def test_a_success_refused_by_an_open_incident_is_kept_and_recorded_after_resolu
     drive(instance)
     assert op_states(instance) == ["dispatched"]
     assert token_of(instance, "a").state == TokenState.EXECUTING
-    # Resolved (the chain verifies): the kept answer is recorded and the instance moves on.
-    result = api.incident_reverify(incident=open_incident(instance), actor=approver)
-    assert result.ok
+    # Resolved (the chain verifies, two people): the kept answer is recorded and the
+    # instance moves on.
+    incident = open_incident(instance)
+    api.incident_resolve_request(
+        incident_id=incident.pk, requested_by=resolver, rationale="Nothing was changed."
+    )
+    outcome = integrity_incident_resolve_approve(incident_id=incident.pk, actor=second_resolver)
+    assert outcome.resolved, outcome.message
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert op_states(instance) == ["succeeded", "succeeded"]

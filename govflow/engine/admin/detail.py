@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.api import DecisionState, RecoveryError, Subject, chain_verify
+from recovery.api import DecisionState, IncidentStatus, RecoveryError, Subject, chain_verify
 from recovery.models import Decision, IntegrityIncident, Operation
 
 from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
@@ -27,6 +27,7 @@ from .base import pretty_json
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
 APPROVE = "recovery.approve_decision"
+VIEW_INTEGRITY = "recovery.view_integrityincident"
 
 
 def subject_of(instance: Instance) -> Subject:
@@ -164,6 +165,11 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
     except RecoveryError as exc:  # e.g. chain keys missing from settings
         verification, verify_error = None, str(exc)
     active = instance.status not in TERMINAL_STATUSES
+    integrity = list(
+        IntegrityIncident.objects.filter(subject_type=subject.type, subject_id=subject.id).order_by(
+            "-detected_at", "-pk"
+        )
+    )
     # Rationales and evidence are the recovery desk's records: shown to its users only.
     see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
     return {
@@ -177,11 +183,9 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "verification": verification,
         "verify_error": verify_error,
         "engine_incidents": list(instance.incidents.order_by("-created_at", "-pk")),
-        "integrity_incidents": list(
-            IntegrityIncident.objects.filter(
-                subject_type=subject.type, subject_id=subject.id
-            ).order_by("-detected_at")
-        ),
+        "integrity_incidents": integrity,
+        "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
+        "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),
         "cancel_form": (bound.get("cancel") or CancelForm())
         if (active and user.has_perm(OPERATE))
         else None,
