@@ -416,8 +416,10 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
     ):
         return IntegrityIncidentOpen(
             f"{subject} has an open integrity incident; no success can be committed until "
-            "it is resolved by re-verification (manage.py recovery_verify --subject "
-            f"{subject} --resolve --by YOUR_USERNAME, once the cause is repaired)."
+            "it is resolved: once the cause is repaired, one person requests the resolution "
+            "and a second approves it (the incident's admin page, or manage.py "
+            f"recovery_verify --subject {subject} --resolve --by YOU --rationale TEXT, then "
+            "--approve INCIDENT --by ANOTHER)."
         )
     current = _load(cursor, row["key"])
     if (current["state"], current["revision"]) != (row["state"], row["revision"]):

@@ -226,6 +226,24 @@ def test_approving_the_next_gate_during_an_incident_dispatches_nothing(operator)
     assert not Operation.objects.exists()
 
 
+def test_an_instance_waiting_for_a_person_shows_its_real_state_once_resolved(
+    resolver, second_resolver
+):
+    instance = drive(start(approval_flow()))
+    incident = open_incident_on(instance)
+    drive(instance)
+    assert_stopped_for_integrity(instance, calls=0)
+    api.incident_resolve_request(
+        incident_id=incident.pk, requested_by=resolver, rationale="A false alarm: restored."
+    )
+    assert integrity_incident_resolve_approve(
+        incident_id=incident.pk, actor=second_resolver
+    ).resolved
+    instance = drive(instance)
+    assert (instance.status, instance.reason) == (InstanceStatus.WAITING, "")
+    assert token_of(instance, "ok").state == TokenState.WAITING
+
+
 def test_a_ready_step_is_not_dispatched_during_an_incident(settings):
     settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
     instance = drive(start(linear(action("a"))), rounds=1)  # the start node only

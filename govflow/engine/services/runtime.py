@@ -41,12 +41,12 @@ from recovery.api import (
     LeaseHeld,
     OperationState,
     Subject,
-    Verification,
     atomic,
     fenced_update,
     fenced_update_row,
     incident_open,
     incident_open_sql,
+    incident_report,
     insert_row,
     joined,
     lease_acquire,
@@ -210,9 +210,7 @@ class Run:
                 "the instance's variables or step states differ from the ones its "
                 "checkpoint chain recorded last: they were changed outside the engine"
             )
-            incident = incident_open(
-                verification=Verification(self.subject, False, 0, None, reason)
-            )
+            incident = incident_report(subject=self.subject, reason=reason)
             self.integrity_incident = incident.pk
             return incident_message(incident.pk, reason)
         return ""
@@ -510,6 +508,27 @@ def rehydrate(run: Run) -> None:
                 settle_from_operation(run, token, operation)
 
 
+INTEGRITY_BLOCK = "Integrity incident #"
+"""How the reason of an instance stopped for integrity starts (``incident_message``)."""
+
+
+def unblock_after_integrity(run: Run) -> None:
+    """An instance stopped for an incident that is resolved now shows its real state.
+
+    The resolution queued this run; whatever it finds runnable moves on anyway, but an
+    instance with nothing runnable (waiting for a person or a timer) would otherwise keep
+    saying it is blocked by an incident that no longer is.
+    """
+    if run.instance.status == InstanceStatus.BLOCKED and run.instance.reason.startswith(
+        INTEGRITY_BLOCK
+    ):
+        uncertain = [t for t in run.active.values() if t.state == TokenState.OUTCOME_UNKNOWN]
+        status = derive_status(run.active.values())
+        reason = uncertain[0].reason if uncertain else ""
+        with run.commit():
+            run.flush(Router(run), status=status, reason=reason)
+
+
 KEPT_NOTE = (
     " A provider's answer was received meanwhile and is kept; it is recorded when the "
     "incident is resolved."
@@ -526,7 +545,7 @@ def kept_note(run: Run) -> str:
 def incident_message(incident_id: int, detail: str = "") -> str:
     """What an operator reads on an instance stopped by an integrity incident."""
     return (
-        f"Integrity incident #{incident_id} is open on this instance"
+        f"{INTEGRITY_BLOCK}{incident_id} is open on this instance"
         f"{f' ({detail})' if detail else ''}. No new effect is dispatched and no step "
         "moves until it is resolved: once the cause is repaired, one person requests the "
         "resolution and a second approves it (Recovery ledger → Integrity incidents)."
@@ -626,6 +645,7 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             block(run, None, "integrity", problem + kept_note(run))
             report.status = InstanceStatus.BLOCKED
             return report
+        unblock_after_integrity(run)
         rehydrate(run)
         looped = True
         # Stop starting steps well inside django-q2's task timeout: a worker killed by
@@ -687,7 +707,7 @@ def integrity_stop_message(run: Run, exc: IntegrityViolation) -> str:
     if isinstance(exc, ChainBroken):
         incident = incident_open(verification=exc.result)
     else:
-        incident = incident_open(verification=Verification(run.subject, False, 0, None, str(exc)))
+        incident = incident_report(subject=run.subject, reason=str(exc))
     run.integrity_incident = incident.pk
     return incident_message(incident.pk, str(exc)[:600])
 
