@@ -12,8 +12,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
 from .. import chain
-from ..canonical import FingerprintKind, fingerprint_value
-from ..errors import DecisionConflict, DecisionError
+from ..canonical import FingerprintKind, fingerprint_value, input_guard
+from ..errors import CanonicalError, DecisionConflict, DecisionError
 from ..evidence import storage_path, validate_upload
 from ..models import Decision, EvidenceFile, Operation, evidence_storage
 from ..states import DecisionKind, DecisionState, OperationState
@@ -36,6 +36,18 @@ DECIDABLE = {
 def _require_perm(user, perm: str, doing: str) -> None:
     if not (user and user.is_authenticated and user.is_active and user.has_perm(perm)):
         raise DecisionError(f"{user} may not {doing}: the permission {perm!r} is required.")
+
+
+# Rationale, check answers and notes are stored as they are written: bounded, and free of
+# what a database cannot store (U+0000 on PostgreSQL) or a page cannot show.
+TEXT_MAX_BYTES = 64 * 1024
+
+
+def _admit_text(fields: dict) -> None:
+    try:
+        input_guard(fields, max_bytes=TEXT_MAX_BYTES)
+    except CanonicalError as exc:
+        raise DecisionError(f"The decision cannot be recorded as written: {exc}") from None
 
 
 def decision_request(
@@ -74,6 +86,7 @@ def decision_request(
         raise DecisionError(
             f"Answer the provider's verification checks first: {', '.join(missing)}."
         )
+    _admit_text({"rationale": rationale, "checks": checks})
     files = [validate_upload(upload) for upload in evidence]
     try:
         with transaction.atomic():
@@ -205,6 +218,7 @@ def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
     note = (note or "").strip()
     if not note:
         raise DecisionError("Say why the decision is rejected, so the requester can act on it.")
+    _admit_text({"note": note})
     with transaction.atomic():
         decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
         if decision is None:
