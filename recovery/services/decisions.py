@@ -14,7 +14,7 @@ from django.db.models.functions import Now
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value, input_guard
 from ..errors import CanonicalError, DecisionConflict, DecisionError
-from ..evidence import storage_path, validate_upload
+from ..evidence import EvidenceBatch, storage_path
 from ..models import Decision, EvidenceFile, Operation, evidence_storage
 from ..states import DecisionKind, DecisionState, OperationState
 from ..subjects import Subject
@@ -87,7 +87,14 @@ def decision_request(
             f"Answer the provider's verification checks first: {', '.join(missing)}."
         )
     _admit_text({"rationale": rationale, "checks": checks})
-    files = [validate_upload(upload) for upload in evidence]
+    # Files are streamed to temporary files and checked first; they reach the store only
+    # as the last step of the transaction, and the batch removes whatever was not stored.
+    with EvidenceBatch(evidence, storage=evidence_storage()) as batch:
+        return _record_request(operation_key, kind, rationale, requested_by, checks, batch)
+
+
+def _record_request(operation_key, kind, rationale, requested_by, checks, batch) -> Decision:
+    files = batch.files
     try:
         with transaction.atomic():
             operation = Operation.objects.select_for_update().filter(key=operation_key).first()
@@ -107,20 +114,18 @@ def decision_request(
                 requested_by=requested_by,
                 requested_at=Now(),
             )
-            storage = evidence_storage()
-            for item in files:
-                path = storage_path(item.fingerprint)
-                if not storage.exists(path):
-                    path = storage.save(path, item.content)
+            rows = [
                 EvidenceFile.objects.create(
                     decision=decision,
-                    file=path,
+                    file=storage_path(item.fingerprint),
                     fingerprint=item.fingerprint,
                     size=item.size,
                     content_type=item.content_type,
                     name=item.name,
                     uploaded_at=Now(),
                 )
+                for item in files
+            ]
             subject = Subject(operation.subject_type, operation.subject_id)
             with connection.cursor() as cursor:
                 chain.append(
@@ -138,6 +143,12 @@ def decision_request(
                         "evidence": sorted(f.fingerprint for f in files),
                     },
                 )
+            # Last, so a refusal above leaves no file behind. The store is content-
+            # addressed: a file another request placed under the same fingerprint is kept.
+            stored = batch.store()
+            for row in rows:
+                if row.file.name != stored[row.fingerprint]:
+                    EvidenceFile.objects.filter(pk=row.pk).update(file=stored[row.fingerprint])
     except IntegrityError as exc:
         raise DecisionConflict(
             f"Operation {operation_key} already has a decision awaiting approval. Approve or "
