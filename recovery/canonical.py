@@ -205,11 +205,7 @@ def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) ->
         elif kind is dict or kind is list or kind is tuple:
             depth += 1
             if depth > max_depth:
-                raise CanonicalError(
-                    _path(node),
-                    f"objects and arrays are nested deeper than {max_depth} levels here",
-                    f"Flatten the structure: at most {max_depth} levels of nesting are accepted.",
-                )
+                raise too_deep(_path(node), max_depth)
             size += 2
             if kind is dict:
                 for key in item:
@@ -235,6 +231,14 @@ def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) ->
             raise CanonicalError(_path(node), f"a {kind.__name__} is not a JSON value")
         if size > limit:
             raise _too_large(_path(node), limit)
+
+
+def too_deep(path: str, max_depth: int) -> CanonicalError:
+    return CanonicalError(
+        path,
+        f"objects and arrays are nested deeper than {max_depth} levels here",
+        f"Flatten the structure: at most {max_depth} levels of nesting are accepted.",
+    )
 
 
 def _too_large(path: str, max_bytes: int, actual: int | None = None) -> CanonicalError:

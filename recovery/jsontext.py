@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from .canonical import format_path, input_max_depth
+from .canonical import format_path, input_max_depth, too_deep
 from .errors import CanonicalError
 
 __all__ = ["parse_json"]
@@ -47,11 +47,7 @@ def _scan(text: str, max_depth: int) -> None:
         first = token[0]
         if first == "{" or first == "[":
             if len(frames) >= max_depth:
-                raise CanonicalError(
-                    format_path(_labels(frames)),
-                    f"objects and arrays are nested deeper than {max_depth} levels here",
-                    f"Flatten the structure: at most {max_depth} levels of nesting are accepted.",
-                )
+                raise too_deep(format_path(_labels(frames)), max_depth)
             frames.append([set(), None, True] if first == "{" else [None, 0, False])
         elif first == "}" or first == "]":
             if frames:
