@@ -12,6 +12,7 @@ a ``DataError``: the rules hold on both databases because nothing gets that far.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -430,3 +431,77 @@ def test_hostile_strategies_do_reach_every_kind_of_poison():
 
     collect()
     assert {"deep", "bad-string", "huge", "nan", "big-int", "int-key", "set"} <= seen, seen
+
+
+# -- the cases of the issue, as they were found -----------------------------------------
+
+
+def deep_json(depth: int) -> str:
+    return '{"x":' * depth + "1" + "}" * depth
+
+
+def test_variables_950_deep_on_the_start_page_are_refused_not_a_server_error(
+    client_of_operator, definition, settings
+):
+    settings.GOVFLOW_VARIABLES_MAX_BYTES = 256 * 1024
+    response = client_of_operator.post(
+        url("instance_start"),
+        {"definition": definition.pk, "tenant": "t", "variables": deep_json(950)},
+    )
+    assert response.status_code == 200
+    assert "nested deeper than 64 levels here" in response.content.decode()
+    assert not Instance.objects.exists()
+
+
+def test_a_description_920_deep_is_not_published_and_the_pages_stay_up(client_of_operator):
+    document = {**BASE, "description": json.loads(deep_json(920))}
+    with pytest.raises(DefinitionInvalid, match=r"^The definition is invalid:\n- \$\.description"):
+        definition_publish(document=document)
+    assert not Definition.objects.exists()
+    assert client_of_operator.get(url("definition_changelist")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (deep_json(10_000), "$.x.x.x.x.x.x.x.x…(48 levels)…"),
+        (
+            json.dumps(BASE)[:-1] + ', "title": "Second title"}',
+            "$.title: the key 'title' appears twice in one object.",
+        ),
+    ],
+    ids=["10000-deep", "duplicate-key"],
+)
+def test_load_workflows_refuses_what_the_upload_refuses_in_one_line(
+    tmp_path, capsys, settings, text, says
+):
+    settings.GOVFLOW_DEFINITION_MAX_BYTES = 1024 * 1024
+    bad = tmp_path / "hostile.json"
+    bad.write_text(text)
+    with pytest.raises(CommandError, match="1 definition file"):
+        call_command("load_workflows", str(bad))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"{bad}: not readable JSON: {says}"), err
+    assert not Definition.objects.exists()
+
+
+@pytest.mark.parametrize("where", ["variables", "title"])
+def test_nul_in_variables_or_a_title_is_refused_on_every_database(definition, where):
+    if where == "title":
+        with pytest.raises(DefinitionInvalid, match=r"\$\.title: string contains U\+0000"):
+            definition_publish(document={**BASE, "title": "Permit\x00"})
+    else:
+        with pytest.raises(InvalidRequest, match=r"\$\.applicant: string contains U\+0000"):
+            instance_start(definition=definition, variables={"applicant": "A\x00da"})
+    assert snapshot()["Instance"] == 0 and not Definition.objects.exclude(pk=definition.pk).exists()
+
+
+def test_a_value_10000_deep_from_python_is_a_validation_error(definition):
+    value = json.loads("1")
+    for _ in range(10_000):
+        value = {"x": value}
+    with pytest.raises(InvalidRequest, match="nested deeper than 64 levels"):
+        instance_start(definition=definition, variables=value)
+    with pytest.raises(DefinitionInvalid, match="nested deeper than 64 levels"):
+        definition_publish(document={**BASE, "description": value})
