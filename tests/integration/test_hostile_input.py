@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from govflow.engine.definitions import DefinitionInvalid
 from govflow.engine.errors import InvalidRequest
 from govflow.engine.models import (
+    ContractMigration,
     Definition,
     Incident,
     Instance,
@@ -34,6 +35,10 @@ from govflow.engine.models import (
     TokenState,
     TriggerDelivery,
     WaitKind,
+)
+from govflow.engine.services.contract_migrations import (
+    instance_migrate_reject,
+    instance_migrate_request,
 )
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_cancel, instance_start
@@ -421,16 +426,24 @@ def test_admin_forms_refuse_nul_without_a_server_error(
 
 
 def test_hostile_strategies_do_reach_every_kind_of_poison():
-    """The hostile generators are not vacuous: each kind is produced and refused."""
+    """The hostile generators are not vacuous: each family of poison is produced."""
     seen = set()
 
-    @hypothesis_settings(max_examples=300, deadline=None, database=None)
+    @hypothesis_settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(hostile_variables(text=False))
     def collect(planted):
         seen.add(planted.poison.kind)
 
     collect()
-    assert {"deep", "bad-string", "huge", "nan", "big-int", "int-key", "set"} <= seen, seen
+    families = [
+        {"deep"},
+        {"bad-string", "bad-key"},
+        {"huge"},
+        {"nan", "inf", "-inf", "1e400"},
+        {"big-int", "huge-int"},
+        {"int-key", "none-key", "tuple-key", "set", "bytes"},
+    ]
+    assert all(family & seen for family in families), seen
 
 
 # -- the cases of the issue, as they were found -----------------------------------------
@@ -505,3 +518,27 @@ def test_a_value_10000_deep_from_python_is_a_validation_error(definition):
         instance_start(definition=definition, variables=value)
     with pytest.raises(DefinitionInvalid, match="nested deeper than 64 levels"):
         definition_publish(document={**BASE, "description": value})
+
+
+@pytest.fixture
+def migrator(django_user_model):
+    return user_with(django_user_model, "mia", "engine.migrate_instance")
+
+
+@examples
+@given(bad_texts, st.sampled_from(["request", "reject"]))
+def test_contract_migration_texts_refuse_unstorable_text(migrator, approval_token, text, what):
+    before = snapshot()
+    with pytest.raises(InvalidRequest) as caught:
+        if what == "request":
+            instance_migrate_request(
+                instance_id=approval_token.instance_id,
+                action="alpha.write",
+                rationale=f"checked {text}",
+                actor=migrator,
+            )
+        else:
+            instance_migrate_reject(migration_id=1, actor=migrator, note=f"no {text}")
+    assert unstorable(str(caught.value))
+    assert snapshot() == before
+    assert not ContractMigration.objects.exists()
