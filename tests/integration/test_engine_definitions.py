@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
+from govflow.engine.contracts import stored_fingerprint
 from govflow.engine.definitions import DefinitionInvalid, definition_fingerprint
 from govflow.engine.errors import DefinitionConflict, InvalidRequest
 from govflow.engine.models import Definition, Instance, InstanceStatus
@@ -410,7 +411,7 @@ def test_a_stored_definition_nested_too_deeply_still_shows_its_page(django_user_
         version=1,
         title="Deep",
         document=body,
-        fingerprint="f" * 64,
+        fingerprint=stored_fingerprint(body, ""),  # as published, before contracts
         published_at=Now(),
     )
     client = Client()
