@@ -3,7 +3,13 @@
 See ``docs/recovery.md`` for the model behind it and examples.
 """
 
-from .canonical import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value
+from .canonical import (
+    FingerprintKind,
+    canonical_bytes,
+    fingerprint,
+    fingerprint_value,
+    input_guard,
+)
 from .chain import Verification, chain_verify, revision_require, subject_revision
 from .db import atomic, insert_row, joined
 from .errors import (
@@ -31,6 +37,7 @@ from .errors import (
     RevisionRollback,
     StaleFence,
 )
+from .jsontext import parse_json
 from .keys import idempotency_key, operation_key
 from .projections import (
     incident_open_sql,
@@ -163,6 +170,7 @@ __all__ = [
     "incident_resolve_withdraw",
     "incident_reverify",
     "incident_trail",
+    "input_guard",
     "insert_row",
     "joined",
     "lease_acquire",
@@ -176,6 +184,7 @@ __all__ = [
     "operation_observe",
     "operation_record",
     "operations_for_effect",
+    "parse_json",
     "projection_fingerprint",
     "projection_head_sql",
     "projection_read",

@@ -1,9 +1,16 @@
-"""Canonical bytes and BLAKE3 fingerprints.
+"""Canonical bytes, BLAKE3 fingerprints, and the input guard in front of both.
 
 Canonical bytes are JSON with sorted keys, no insignificant whitespace, UTF-8 and no NaN
 or infinity: the same value always gives the same bytes, whatever the key order it was
 built with. Fingerprints are hex BLAKE3 over a domain-separation prefix and the bytes, so
 an input and a preview with equal bytes still have different fingerprints.
+
+:func:`input_guard` is the one door for values that come from outside (forms, files,
+services called by integrations): on top of the canonical rules it refuses values that are
+too large or too deep, text with U+0000, and integers a JSON reader in another language
+would round. Both walk the value with an explicit stack, never by recursion, so a hostile
+value cannot exhaust the interpreter's stack; and both refuse depth before ``json.dumps``
+(which is recursive) ever sees the value.
 """
 
 from __future__ import annotations
@@ -11,13 +18,37 @@ from __future__ import annotations
 import enum
 import json
 import math
+import sys
 from typing import Any
 
 from blake3 import blake3
 
 from .errors import CanonicalError
 
-__all__ = ["FingerprintKind", "canonical_bytes", "fingerprint", "fingerprint_value"]
+__all__ = [
+    "ENCODER_MAX_DEPTH",
+    "SAFE_INTEGER",
+    "FingerprintKind",
+    "canonical_bytes",
+    "fingerprint",
+    "fingerprint_hasher",
+    "fingerprint_value",
+    "format_path",
+    "input_guard",
+    "input_max_depth",
+]
+
+# The deepest nesting canonical_bytes encodes. json.dumps recurses once per level and
+# counts against the interpreter's recursion limit (1,000 by default) together with the
+# caller's own frames, so the limit is well under it. Values admitted by input_guard are
+# shallower still (RECOVERY_INPUT_MAX_DEPTH): what the engine builds from them (variables
+# holding a step's output under a dotted path) keeps room to grow.
+ENCODER_MAX_DEPTH = 128
+# Integers every JSON reader keeps exactly (IEEE 754 doubles: JavaScript, many others).
+SAFE_INTEGER = 2**53 - 1
+DEFAULT_INPUT_MAX_DEPTH = 64
+# Integers longer than Python's own int→str limit cannot be written (ValueError).
+_INT_BITS_WITHOUT_CHECK = 14_000
 
 
 class FingerprintKind(enum.StrEnum):
@@ -38,48 +69,228 @@ class FingerprintKind(enum.StrEnum):
 _PREFIX = {kind: f"recovery:v1:{kind.value}\x00".encode() for kind in FingerprintKind}
 
 
-def _check(value: Any, path: str) -> None:
-    # Exact type checks: a bool is an int and a str subclass may serialise differently,
-    # so only the built-in JSON types themselves are accepted.
-    kind = type(value)
-    if value is None or kind is bool or kind is int:
-        return
-    if kind is str:
+def input_max_depth() -> int:
+    """``RECOVERY_INPUT_MAX_DEPTH`` (default 64), read when asked, never above the encoder's."""
+    from django.conf import settings
+
+    depth = int(getattr(settings, "RECOVERY_INPUT_MAX_DEPTH", DEFAULT_INPUT_MAX_DEPTH))
+    return max(1, min(depth, ENCODER_MAX_DEPTH))
+
+
+# -- paths ------------------------------------------------------------------------------
+
+# A path is built only when an error needs it: the walk keeps (parent, label) pairs.
+Path = tuple[Any, "str | int"] | None
+_PLAIN_KEY_STOP = frozenset(".[]\"\\' ")
+_KEY_SHOWN = 60
+
+
+def _show_key(key: str) -> str:
+    """A key as it appears in a path: ``.name``, or ``["…"]`` when that would mislead.
+
+    Keys with separators, spaces, control characters or lone surrogates are quoted with
+    JSON-style escapes, so a message can always be printed and shown on a web page.
+    """
+    short = key if len(key) <= _KEY_SHOWN else key[:_KEY_SHOWN] + "…"
+    if key and short.isprintable() and not _PLAIN_KEY_STOP.intersection(short):
+        return f".{short}"
+    escaped = "".join(
+        c
+        if c.isprintable() and c not in '"\\'
+        else {'"': '\\"', "\\": "\\\\"}.get(c, f"\\u{ord(c):04x}")
+        for c in short
+    )
+    return f'["{escaped}"]'
+
+
+_PATH_SHOWN = 16
+
+
+def format_path(labels) -> str:
+    """``$`` followed by ``.key``/``["key"]`` and ``[index]`` for each label in order.
+
+    A path longer than 16 steps shows its first and last eight, with the number left out.
+    """
+    labels = list(labels)
+    parts = [f"[{label}]" if type(label) is int else _show_key(label) for label in labels]
+    if len(parts) > _PATH_SHOWN:
+        half = _PATH_SHOWN // 2
+        parts[half:-half] = [f"…({len(parts) - 2 * half} levels)…"]
+    return "$" + "".join(parts)
+
+
+def _path(node: Path) -> str:
+    labels = []
+    while node is not None:
+        node, label = node
+        labels.append(label)
+    labels.reverse()
+    return format_path(labels)
+
+
+# -- the walk ---------------------------------------------------------------------------
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _string_problem(text: str, strict: bool) -> str | None:
+    if not text.isascii():
         try:
-            value.encode("utf-8")
+            text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise CanonicalError(path, "string is not valid Unicode (lone surrogate)") from exc
-        return
-    if kind is float:
-        if not math.isfinite(value):
-            raise CanonicalError(path, f"{value!r} is not a finite number")
-        return
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str:
+            return (
+                f"string is not valid Unicode (lone surrogate U+{ord(text[exc.start]):04X} "
+                f"at character {exc.start})"
+            )
+    if strict and "\x00" in text:
+        return f"string contains U+0000 (NUL) at character {text.index(chr(0))}"
+    return None
+
+
+_STRING_ADVICE = (
+    "Send well-formed text: U+0000 and unpaired surrogates cannot be stored, so they are "
+    "refused wherever they appear, in keys as in values."
+)
+
+
+def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) -> None:
+    """Check every node of ``value`` with an explicit stack, never by recursion.
+
+    Raises :class:`CanonicalError` at the first offending path found (an object's keys
+    are checked when the object is reached, before its values). With ``strict`` also the
+    input rules: no U+0000, integers within ±``SAFE_INTEGER``, and a running lower bound
+    of the encoded size against ``max_bytes``.
+    """
+    limit = sys.maxsize if max_bytes is None else max_bytes
+    # Entries: (item, container depth of its parent, path node).
+    stack: list[tuple[Any, int, Path]] = [(value, 0, None)]
+    pop, push = stack.pop, stack.append
+    size = 0
+    while stack:
+        item, depth, node = pop()
+        kind = type(item)
+        if kind is str:
+            if strict or not item.isascii():
+                problem = _string_problem(item, strict)
+                if problem is not None:
+                    raise CanonicalError(_path(node), problem, _STRING_ADVICE)
+            size += len(item) + 2  # at least one byte a character, and the quotes
+        elif kind is int:
+            size += 1
+            if strict and not -SAFE_INTEGER <= item <= SAFE_INTEGER:
+                shown = item if item.bit_length() <= 64 else f"of {item.bit_length()} bits"
                 raise CanonicalError(
-                    path, f"object key {key!r} is a {type(key).__name__}, not a string"
+                    _path(node),
+                    f"the integer {shown} is outside ±(2**53 - 1), the range every JSON "
+                    "reader keeps exactly",
+                    "Write large numbers such as identifiers as strings.",
                 )
-            _check(key, f"{path}.{key}")
-            _check(item, f"{path}.{key}")
-        return
-    if kind is list or kind is tuple:
-        for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]")
-        return
-    raise CanonicalError(path, f"a {kind.__name__} is not a JSON value")
+            if item.bit_length() > _INT_BITS_WITHOUT_CHECK:
+                try:
+                    str(item)
+                except ValueError:
+                    raise CanonicalError(
+                        _path(node),
+                        f"an integer of {item.bit_length()} bits has too many digits to write",
+                    ) from None
+        elif item is None or kind is bool:
+            size += 4
+        elif kind is float:
+            size += 1
+            if not math.isfinite(item):
+                raise CanonicalError(_path(node), f"{item!r} is not a finite number")
+        elif kind is dict or kind is list or kind is tuple:
+            depth += 1
+            if depth > max_depth:
+                raise too_deep(_path(node), max_depth)
+            size += 2
+            if kind is dict:
+                for key in item:
+                    if type(key) is not str:
+                        raise CanonicalError(
+                            _path(node),
+                            f"object key {_short_repr(key)} is a {type(key).__name__}, "
+                            "not a string",
+                        )
+                    if strict or not key.isascii():
+                        problem = _string_problem(key, strict)
+                        if problem is not None:
+                            raise CanonicalError(_path((node, key)), problem, _STRING_ADVICE)
+                    size += len(key) + 3
+                for key, child in reversed(item.items()):
+                    push((child, depth, (node, key)))
+            else:
+                index = len(item)
+                for child in reversed(item):
+                    index -= 1
+                    push((child, depth, (node, index)))
+        else:
+            raise CanonicalError(_path(node), f"a {kind.__name__} is not a JSON value")
+        if size > limit:
+            raise _too_large(_path(node), limit)
+
+
+def too_deep(path: str, max_depth: int) -> CanonicalError:
+    return CanonicalError(
+        path,
+        f"objects and arrays are nested deeper than {max_depth} levels here",
+        f"Flatten the structure: at most {max_depth} levels of nesting are accepted.",
+    )
+
+
+def _too_large(path: str, max_bytes: int, actual: int | None = None) -> CanonicalError:
+    return CanonicalError(
+        path,
+        f"the value is {actual} bytes of JSON, more than the {max_bytes} accepted"
+        if actual is not None
+        else f"the value grows past the {max_bytes} bytes of JSON accepted here",
+        "Send less: keep large data elsewhere and pass a reference to it.",
+    )
+
+
+def _encode(value: Any) -> bytes:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+# -- public -----------------------------------------------------------------------------
 
 
 def canonical_bytes(value: Any) -> bytes:
     """Return the canonical JSON bytes of ``value``.
 
     Raises :class:`~recovery.errors.CanonicalError` naming the offending path for NaN,
-    infinity, non-string keys, bytes, sets and every other non-JSON value.
+    infinity, non-string keys, lone surrogates, bytes, sets and every other non-JSON
+    value, and for nesting deeper than :data:`ENCODER_MAX_DEPTH`.
     """
-    _check(value, "$")
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    _walk(value, max_depth=ENCODER_MAX_DEPTH, strict=False, max_bytes=None)
+    return _encode(value)
+
+
+def input_guard(value: Any, *, max_bytes: int, max_depth: int | None = None) -> bytes:
+    """Admit a value that came from outside, and return its canonical bytes.
+
+    On top of :func:`canonical_bytes`' rules it refuses, each with a
+    :class:`~recovery.errors.CanonicalError` naming the path and what to do:
+
+    - nesting deeper than ``max_depth`` objects and arrays (default
+      ``RECOVERY_INPUT_MAX_DEPTH``, 64);
+    - canonical bytes longer than ``max_bytes`` (the caller's limit for its kind of input);
+    - U+0000 anywhere, in keys or values (PostgreSQL cannot store it);
+    - integers outside ±(2**53 - 1), which JSON readers built on doubles round silently.
+
+    Call it before anything is stored; store the value whose bytes it returned.
+    """
+    depth = input_max_depth() if max_depth is None else min(max_depth, ENCODER_MAX_DEPTH)
+    _walk(value, max_depth=depth, strict=True, max_bytes=max_bytes)
+    data = _encode(value)
+    if len(data) > max_bytes:
+        raise _too_large("$", max_bytes, len(data))
+    return data
 
 
 def canonical_bytes_of_parsed(value: Any) -> bytes:
@@ -89,9 +300,7 @@ def canonical_bytes_of_parsed(value: Any) -> bytes:
     are the ones ``json.loads`` lets through: NaN and infinity (``allow_nan=False`` raises)
     and lone surrogates (encoding raises). Raises :class:`ValueError` for those.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _encode(value)
 
 
 def fingerprint(kind: FingerprintKind, data: bytes) -> str:
@@ -99,6 +308,14 @@ def fingerprint(kind: FingerprintKind, data: bytes) -> str:
     hasher = blake3(_PREFIX[kind])
     hasher.update(data)
     return hasher.hexdigest()
+
+
+def fingerprint_hasher(kind: FingerprintKind) -> blake3:
+    """A BLAKE3 hasher primed for ``kind``: ``update`` it chunk by chunk, then ``hexdigest``.
+
+    Gives the same fingerprint as :func:`fingerprint` over the concatenated chunks.
+    """
+    return blake3(_PREFIX[kind])
 
 
 def fingerprint_value(kind: FingerprintKind, value: Any) -> str:

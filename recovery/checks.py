@@ -34,3 +34,47 @@ def check_chain_keys_deploy(app_configs, **kwargs):
         ]
 
     return []
+
+
+@checks.register()
+def check_input_limits(app_configs, **kwargs):
+    """The input guard's and the evidence limits are positive integers that fit together."""
+    from django.conf import settings
+
+    from .canonical import DEFAULT_INPUT_MAX_DEPTH, ENCODER_MAX_DEPTH
+
+    mib = 1024 * 1024
+    limits = {
+        "RECOVERY_INPUT_MAX_DEPTH": (DEFAULT_INPUT_MAX_DEPTH, ENCODER_MAX_DEPTH),
+        "RECOVERY_EVIDENCE_MAX_BYTES": (20 * mib, None),
+        "RECOVERY_EVIDENCE_MAX_TOTAL_BYTES": (50 * mib, None),
+    }
+    found = []
+    values = {}
+    for name, (default, highest) in limits.items():
+        value = values[name] = getattr(settings, name, default)
+        if type(value) is not int or value < 1 or (highest is not None and value > highest):
+            found.append(
+                checks.Error(
+                    f"{name} is {value!r}; it must be a positive integer"
+                    + (f" of at most {highest}" if highest is not None else "")
+                    + ".",
+                    hint="Fix the setting; the input guard cannot protect the interpreter "
+                    "or the disk with it."
+                    if highest is not None
+                    else "Fix the setting.",
+                    id="recovery.E003",
+                )
+            )
+    if not found and (
+        values["RECOVERY_EVIDENCE_MAX_TOTAL_BYTES"] < values["RECOVERY_EVIDENCE_MAX_BYTES"]
+    ):
+        found.append(
+            checks.Warning(
+                "RECOVERY_EVIDENCE_MAX_TOTAL_BYTES is below RECOVERY_EVIDENCE_MAX_BYTES: a "
+                "file of the largest accepted size can never be uploaded.",
+                hint="Make the per-request total at least the per-file limit.",
+                id="recovery.W001",
+            )
+        )
+    return found

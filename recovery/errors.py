@@ -29,16 +29,20 @@ class ConflictError(RecoveryError):
 class CanonicalError(RecoveryValidationError):
     """A value cannot be turned into canonical bytes.
 
-    ``path`` names the offending place in the value, such as ``$.applicant.ids[2]``.
+    ``path`` names the offending place in the value, such as ``$.applicant.ids[2]``;
+    ``problem`` says what is wrong there and ``advice`` what to do about it.
     """
 
-    def __init__(self, path: str, problem: str) -> None:
+    DEFAULT_ADVICE = (
+        "Canonical values are JSON: objects with string keys, arrays, strings, finite "
+        "numbers, true, false and null."
+    )
+
+    def __init__(self, path: str, problem: str, advice: str | None = None) -> None:
         self.path = path
         self.problem = problem
-        super().__init__(
-            f"{path}: {problem}. Canonical values are JSON: objects with string keys, "
-            "arrays, strings, finite numbers, true, false and null."
-        )
+        self.advice = advice or self.DEFAULT_ADVICE
+        super().__init__(f"{path}: {problem}. {self.advice}")
 
 
 class EmptyNonce(RecoveryValidationError):

@@ -47,3 +47,40 @@ def check_definitions_pinned(app_configs, **kwargs):
         )
         for key, version, problem in drifted
     ]
+
+
+@checks.register()
+def check_input_limits(app_configs, **kwargs):
+    """The engine's input limits are positive integers; the start form fits in a request."""
+    from django.conf import settings
+
+    from .limits import variables_max_bytes
+
+    found = []
+    for name in (
+        "GOVFLOW_DEFINITION_MAX_BYTES",
+        "GOVFLOW_VARIABLES_MAX_BYTES",
+        "GOVFLOW_PAYLOAD_MAX_BYTES",
+    ):
+        raw = getattr(settings, name, None)
+        if raw is not None and (type(raw) is not int or raw < 1):
+            found.append(
+                checks.Error(
+                    f"{name} is {raw!r}; it must be a positive number of bytes.",
+                    hint="Fix the setting, or remove it for the default.",
+                    id="engine.E001",
+                )
+            )
+    if not found:
+        body = getattr(settings, "DATA_UPLOAD_MAX_MEMORY_SIZE", 2621440)
+        if body is not None and variables_max_bytes() > body:
+            found.append(
+                checks.Warning(
+                    f"GOVFLOW_VARIABLES_MAX_BYTES ({variables_max_bytes()}) is larger than "
+                    f"DATA_UPLOAD_MAX_MEMORY_SIZE ({body}): Django refuses such a start form "
+                    "with a bare 400 before GovFlow can say why.",
+                    hint="Raise DATA_UPLOAD_MAX_MEMORY_SIZE above the variables limit.",
+                    id="engine.W003",
+                )
+            )
+    return found

@@ -9,6 +9,7 @@ file in one pass. ``docs/definitions.md`` describes the format.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections import defaultdict, deque
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 
 import jsonschema
 from django.utils.dateparse import parse_datetime, parse_duration
+from referencing.exceptions import Unresolvable
 
 from recovery.api import CanonicalError, canonical_bytes
 
@@ -30,6 +32,17 @@ VAR_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 OPS = {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "exists", "truthy"}
 # A timer due beyond this is surely a typo, and would overflow date-times (year 9999).
 MAX_TIMER = dt.timedelta(days=36525)
+# The columns a published definition is stored in (Definition.key, .title, .version).
+MAX_KEY = 120
+MAX_TITLE = 200
+MAX_VERSION = 2**31 - 1
+# Gateways a token passes straight through, one after another. The router follows such a
+# chain within one step, so a longer chain is refused here rather than at run time.
+MAX_GATEWAY_CHAIN = 64
+# Validation looks at the graph as a whole (reachability from every parallel split): the
+# size of the graph is bounded so that publishing stays fast whatever the file holds.
+MAX_NODES = 1000
+MAX_TRANSITIONS = 4000
 
 # Node type → (required fields, optional fields), besides "id", "type" and "title".
 NODE_FIELDS: dict[str, tuple[set[str], set[str]]] = {
@@ -90,6 +103,48 @@ def definition_fingerprint(document: Mapping[str, Any], *, contracts: Mapping[st
     return pinned_fingerprint(document, contracts)
 
 
+def schema_errors(schema: Any, value: Any) -> list[jsonschema.ValidationError]:
+    """Every way ``value`` breaks the JSON Schema ``schema`` (an empty list when none).
+
+    Raises :class:`ValueError` saying why when the schema cannot be applied at all: a
+    reference that does not resolve, or references that loop without end.
+    """
+    try:
+        return list(jsonschema.Draft202012Validator(schema).iter_errors(value))
+    except RecursionError:
+        raise ValueError("its references loop without end") from None
+    except Unresolvable as exc:
+        raise ValueError(f"a reference does not resolve ({exc})") from None
+
+
+def _schema_problem(schema: Any) -> str:
+    """Why ``schema`` cannot check an instance's variables, or ''."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return exc.message
+    pending = [schema]
+    while pending:  # the guard has bounded its depth; no recursion all the same
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    if not value.startswith("#"):
+                        return (
+                            f"the reference {value!r} points outside the schema; only "
+                            "references within it ('#/$defs/…') are supported."
+                        )
+                else:
+                    pending.append(value)
+        elif isinstance(item, list):
+            pending.extend(item)
+    try:
+        schema_errors(schema, {})
+    except ValueError as exc:
+        return f"it cannot be applied: {exc}."
+    return ""
+
+
 def _check_mapping(where: str, name: str, value: Any, problems: list[str]) -> None:
     if not isinstance(value, dict):
         problems.append(f"{where}: '{name}' must be an object mapping names to variables.")
@@ -138,6 +193,26 @@ def _check_condition(where: str, cond: Any, problems: list[str]) -> None:
         )
     elif cond["op"] not in {"exists", "truthy"} and "value" not in cond:
         problems.append(f"{where}: operator {cond['op']!r} needs a 'value'.")
+
+
+def _duration(value: Any) -> dt.timedelta | None:
+    # Well-formed but absurd values ("P99999999999D") overflow instead of parsing.
+    try:
+        return parse_duration(value) if isinstance(value, str) else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def _moment(value: Any) -> dt.datetime | None:
+    # parse_datetime raises for well-formed impossible dates (Feb 30, offset +99:00); a
+    # moment that is not a date-time in UTC (year 10000) would overflow at run time.
+    try:
+        moment = parse_datetime(value) if isinstance(value, str) else None
+        if moment is not None and moment.tzinfo is not None:
+            moment.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        return None
+    return moment
 
 
 def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegistry | None):
@@ -198,9 +273,7 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
                 "PT10M) or 'at' (ISO 8601 date-time with a UTC offset)."
             )
         elif has == ["duration"]:
-            parsed = (
-                parse_duration(str(node["duration"])) if isinstance(node["duration"], str) else None
-            )
+            parsed = _duration(node["duration"])
             # parse_duration also takes "P" and "PT" (zero) and non-ISO forms: refuse them.
             if (
                 parsed is None
@@ -218,7 +291,7 @@ def _check_node(node: Any, index: int, problems: list[str], registry: ActionRegi
                     "years; use an 'at' date-time if you really mean it."
                 )
         else:
-            moment = parse_datetime(node["at"]) if isinstance(node["at"], str) else None
+            moment = _moment(node["at"])
             if moment is None or moment.tzinfo is None:
                 problems.append(
                     f"{where}: 'at' {node['at']!r} must be an ISO 8601 date-time "
@@ -260,26 +333,33 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
         set(document)
         - {"key", "version", "title", "nodes", "transitions", "variables", "description"}
     ):
-        problems.append(f"'{extra}' is not a field of a definition.")
-    if not isinstance(document.get("key"), str) or not KEY.match(document.get("key", "")):
+        problems.append(f"{extra[:80]!r} is not a field of a definition.")
+    key = document.get("key")
+    if not isinstance(key, str) or not KEY.match(key) or len(key) > MAX_KEY:
         problems.append(
             "'key' must be namespaced lowercase words separated by dots, e.g. "
-            "'permits.building_permit'."
+            f"'permits.building_permit', at most {MAX_KEY} characters."
         )
     version = document.get("version")
-    if type(version) is not int or version < 1:
-        problems.append("'version' must be a positive integer.")
-    if not isinstance(document.get("title"), str) or not document.get("title", "").strip():
-        problems.append("'title' must be a non-empty string.")
+    if type(version) is not int or not 1 <= version <= MAX_VERSION:
+        problems.append(f"'version' must be a positive integer (at most {MAX_VERSION}).")
+    title = document.get("title")
+    if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
+        problems.append(f"'title' must be a non-empty string of at most {MAX_TITLE} characters.")
     if "variables" in document:
-        try:
-            jsonschema.Draft202012Validator.check_schema(document["variables"])
-        except jsonschema.SchemaError as exc:
-            problems.append(f"'variables' is not a valid JSON Schema: {exc.message}")
+        problem = _schema_problem(document["variables"])
+        if problem:
+            problems.append(f"'variables' is not a valid JSON Schema: {problem}")
     raw_nodes = document.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         problems.append("'nodes' must be a non-empty list.")
         raw_nodes = []
+    elif len(raw_nodes) > MAX_NODES:
+        problems.append(
+            f"'nodes' has {len(raw_nodes)} nodes; a definition may have at most {MAX_NODES}. "
+            "Split the procedure into several definitions."
+        )
+        raise DefinitionInvalid(problems)
     nodes: dict[str, dict[str, Any]] = {}
     # Nodes whose type is unknown: already reported, so transitions touching them are not
     # called dangling and the graph is not judged (it would only repeat the same problem).
@@ -299,6 +379,12 @@ def parse_definition(document: Any, *, registry: ActionRegistry | None = None) -
     if not isinstance(raw_transitions, list):
         problems.append('\'transitions\' must be a list of {"from", "to"} objects.')
         raw_transitions = []
+    elif len(raw_transitions) > MAX_TRANSITIONS:
+        problems.append(
+            f"'transitions' has {len(raw_transitions)} transitions; a definition may have "
+            f"at most {MAX_TRANSITIONS}."
+        )
+        raise DefinitionInvalid(problems)
     for index, item in enumerate(raw_transitions):
         where = f"transitions[{index}]"
         if (
@@ -396,11 +482,12 @@ def _check_graph(nodes, outgoing, incoming, problems: list[str]) -> None:
         if node_id not in reachable:
             problems.append(f"node '{node_id}' is unreachable from the start node.")
     splits = [n for n, node in nodes.items() if node["type"] == "parallel_split"]
+    reach = functools.cache(lambda split: _reachable(split, outgoing))
     for node_id, node in nodes.items():
         if node["type"] != "parallel_join":
             continue
         sources = {t.source for t in incoming.get(node_id, [])}
-        if not any(sources <= _reachable(split, outgoing) for split in splits):
+        if not any(sources <= reach(split) for split in splits):
             problems.append(
                 f"node '{node_id}': a parallel join without its parallel split "
                 "(no split leads to every incoming branch)."
@@ -411,36 +498,69 @@ def _check_graph(nodes, outgoing, incoming, problems: list[str]) -> None:
             f"nodes {' → '.join(loop)} form a loop of gateways with no step, "
             "timer or wait in between; an instance would go round it forever."
         )
+        return
+    chain, first = _longest_pass_through_chain(nodes, outgoing)
+    if chain > MAX_GATEWAY_CHAIN:
+        problems.append(
+            f"node '{first}' starts a chain of {chain} gateways with no step, timer or "
+            f"wait in between; at most {MAX_GATEWAY_CHAIN} are followed in a row. Merge "
+            "the conditions into fewer gateways."
+        )
+
+
+PASS_THROUGH = {"exclusive", "parallel_split", "parallel_join"}
 
 
 def _pass_through_loop(nodes, outgoing) -> list[str]:
-    """A cycle of nodes a token passes straight through (the router follows them at once)."""
-    through = {
-        n
-        for n, node in nodes.items()
-        if node["type"] in {"exclusive", "parallel_split", "parallel_join"}
-    }
+    """A cycle of nodes a token passes straight through (the router follows them at once).
+
+    A depth-first search with an explicit stack: a definition's graph comes from outside,
+    and a long chain of gateways must not exhaust the interpreter's stack here.
+    """
+    through = {n for n, node in nodes.items() if node["type"] in PASS_THROUGH}
     state: dict[str, int] = {}  # 1 on the current path, 2 done
-
-    def visit(node_id: str, path: list[str]) -> list[str]:
-        state[node_id] = 1
-        path.append(node_id)
-        for t in outgoing.get(node_id, ()):
-            if t.target not in through:
-                continue
-            if state.get(t.target) == 1:
-                return [*path[path.index(t.target) :], t.target]
-            if t.target not in state:
-                found = visit(t.target, path)
-                if found:
-                    return found
-        path.pop()
-        state[node_id] = 2
-        return []
-
-    for node_id in sorted(through):
-        if node_id not in state:
-            found = visit(node_id, [])
-            if found:
-                return found
+    for root in sorted(through):
+        if root in state:
+            continue
+        state[root] = 1
+        path = [root]
+        pending = [iter(outgoing.get(root, ()))]
+        while pending:
+            for t in pending[-1]:
+                if t.target not in through:
+                    continue
+                if state.get(t.target) == 1:
+                    return [*path[path.index(t.target) :], t.target]
+                if t.target not in state:
+                    state[t.target] = 1
+                    path.append(t.target)
+                    pending.append(iter(outgoing.get(t.target, ())))
+                    break
+            else:
+                state[path.pop()] = 2
+                pending.pop()
     return []
+
+
+def _longest_pass_through_chain(nodes, outgoing) -> tuple[int, str]:
+    """The most gateways a token passes in a row, and the first of them (no loop assumed)."""
+    through = {n for n, node in nodes.items() if node["type"] in PASS_THROUGH}
+    length: dict[str, int] = {}
+    for root in sorted(through):
+        stack = [root]
+        while stack:
+            node_id = stack[-1]
+            if node_id in length:
+                stack.pop()
+                continue
+            after = [t.target for t in outgoing.get(node_id, ()) if t.target in through]
+            todo = [n for n in after if n not in length]
+            if todo:
+                stack.extend(todo)
+                continue
+            length[node_id] = 1 + max((length[n] for n in after), default=0)
+            stack.pop()
+    if not length:
+        return 0, ""
+    first = max(sorted(length), key=lambda n: length[n])
+    return length[first], first

@@ -6,47 +6,15 @@ services decide what is allowed and say why not.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from django import forms
-from django.conf import settings
 
-from recovery.api import DecisionKind
+from recovery.api import CanonicalError, DecisionKind, parse_json
 
+from .limits import definition_max_bytes, variables_max_bytes
 from .models import Definition
-
-
-def definition_max_bytes() -> int:
-    return int(getattr(settings, "GOVFLOW_DEFINITION_MAX_BYTES", 1024 * 1024))
-
-
-def variables_max_bytes() -> int:
-    return int(getattr(settings, "GOVFLOW_VARIABLES_MAX_BYTES", 256 * 1024))
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number; use a finite number or null")
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"the key {key!r} appears twice in one object")
-        result[key] = value
-    return result
-
-
-def parse_json(text: str) -> Any:
-    """Strict JSON: no NaN or infinity, no duplicate keys. Raises ``ValueError``."""
-    try:
-        return json.loads(
-            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
-        )
-    except RecursionError:
-        raise ValueError("it is nested too deeply") from None
 
 
 class DefinitionUploadForm(forms.Form):
@@ -76,9 +44,11 @@ class DefinitionUploadForm(forms.Form):
                 f"The file is not UTF-8 text (byte {exc.start} is invalid). Save it as UTF-8."
             ) from None
         try:
-            document = parse_json(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"The file is not valid JSON: {exc}.") from None
+            # The same strict parser as ``load_workflows``: no duplicate keys, no NaN, and
+            # no recursion deeper than the input depth limit, whatever the file holds.
+            document = parse_json(text, max_bytes=limit)
+        except CanonicalError as exc:
+            raise forms.ValidationError(f"The file is not valid JSON: {exc}") from None
         if not isinstance(document, dict):
             raise forms.ValidationError(
                 f"A definition is a JSON object, not {type(document).__name__}."
@@ -117,14 +87,13 @@ class InstanceStartForm(forms.Form):
         text = (self.cleaned_data.get("variables") or "").strip()
         if not text:
             return {}
-        if len(text.encode()) > variables_max_bytes():
-            raise forms.ValidationError(
-                f"Variables may be at most {variables_max_bytes()} bytes of JSON."
-            )
+        limit = variables_max_bytes()
+        if len(text.encode("utf-8", "surrogatepass")) > limit:
+            raise forms.ValidationError(f"Variables may be at most {limit} bytes of JSON.")
         try:
-            value = parse_json(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc}.") from None
+            value = parse_json(text, max_bytes=limit)
+        except CanonicalError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise forms.ValidationError("Variables must be a JSON object mapping names to values.")
         return value

@@ -131,6 +131,18 @@ STORAGES = {
 }
 RECOVERY_EVIDENCE_STORAGE = "recovery_evidence"
 RECOVERY_EVIDENCE_MAX_BYTES = int(os.environ.get("GOVFLOW_EVIDENCE_MAX_BYTES", 20 * 1024 * 1024))
+RECOVERY_EVIDENCE_MAX_TOTAL_BYTES = int(
+    os.environ.get("GOVFLOW_EVIDENCE_MAX_TOTAL_BYTES", 50 * 1024 * 1024)
+)
+
+# Uploads: a file above 1 MiB is spooled by Django to a temporary file (in
+# FILE_UPLOAD_TEMP_DIR, default the system's) instead of memory, and evidence is streamed
+# from there in chunks. Form fields together (a start form's variables: 256 KiB of JSON at
+# most) may take 1 MiB; a larger body of fields is refused with 400 before any view runs.
+# See docs/deployment.md, "Input limits".
+FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+FILE_UPLOAD_TEMP_DIR = os.environ.get("GOVFLOW_UPLOAD_TEMP_DIR") or None
 
 # Keys for the checkpoint chain (BLAKE3 keyed mode). "id:64-hex-chars" pairs, comma
 # separated; the first is the active key, the others verify older checkpoints.

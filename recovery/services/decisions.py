@@ -12,9 +12,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
 from .. import chain
-from ..canonical import FingerprintKind, fingerprint_value
-from ..errors import DecisionConflict, DecisionError
-from ..evidence import storage_path, validate_upload
+from ..canonical import FingerprintKind, fingerprint_value, input_guard
+from ..errors import CanonicalError, DecisionConflict, DecisionError
+from ..evidence import EvidenceBatch, storage_path
 from ..models import Decision, EvidenceFile, Operation, evidence_storage
 from ..states import DecisionKind, DecisionState, OperationState
 from ..subjects import Subject
@@ -36,6 +36,18 @@ DECIDABLE = {
 def _require_perm(user, perm: str, doing: str) -> None:
     if not (user and user.is_authenticated and user.is_active and user.has_perm(perm)):
         raise DecisionError(f"{user} may not {doing}: the permission {perm!r} is required.")
+
+
+# Rationale, check answers and notes are stored as they are written: bounded, and free of
+# what a database cannot store (U+0000 on PostgreSQL) or a page cannot show.
+TEXT_MAX_BYTES = 64 * 1024
+
+
+def _admit_text(fields: dict) -> None:
+    try:
+        input_guard(fields, max_bytes=TEXT_MAX_BYTES)
+    except CanonicalError as exc:
+        raise DecisionError(f"The decision cannot be recorded as written: {exc}") from None
 
 
 def decision_request(
@@ -74,7 +86,15 @@ def decision_request(
         raise DecisionError(
             f"Answer the provider's verification checks first: {', '.join(missing)}."
         )
-    files = [validate_upload(upload) for upload in evidence]
+    _admit_text({"rationale": rationale, "checks": checks})
+    # Files are streamed to temporary files and checked first; they reach the store only
+    # as the last step of the transaction, and the batch removes whatever was not stored.
+    with EvidenceBatch(evidence, storage=evidence_storage()) as batch:
+        return _record_request(operation_key, kind, rationale, requested_by, checks, batch)
+
+
+def _record_request(operation_key, kind, rationale, requested_by, checks, batch) -> Decision:
+    files = batch.files
     try:
         with transaction.atomic():
             operation = Operation.objects.select_for_update().filter(key=operation_key).first()
@@ -94,20 +114,18 @@ def decision_request(
                 requested_by=requested_by,
                 requested_at=Now(),
             )
-            storage = evidence_storage()
-            for item in files:
-                path = storage_path(item.fingerprint)
-                if not storage.exists(path):
-                    path = storage.save(path, item.content)
+            rows = [
                 EvidenceFile.objects.create(
                     decision=decision,
-                    file=path,
+                    file=storage_path(item.fingerprint),
                     fingerprint=item.fingerprint,
                     size=item.size,
                     content_type=item.content_type,
                     name=item.name,
                     uploaded_at=Now(),
                 )
+                for item in files
+            ]
             subject = Subject(operation.subject_type, operation.subject_id)
             with connection.cursor() as cursor:
                 chain.append(
@@ -125,6 +143,12 @@ def decision_request(
                         "evidence": sorted(f.fingerprint for f in files),
                     },
                 )
+            # Last, so a refusal above leaves no file behind. The store is content-
+            # addressed: a file another request placed under the same fingerprint is kept.
+            stored = batch.store()
+            for row in rows:
+                if row.file.name != stored[row.fingerprint]:
+                    EvidenceFile.objects.filter(pk=row.pk).update(file=stored[row.fingerprint])
     except IntegrityError as exc:
         raise DecisionConflict(
             f"Operation {operation_key} already has a decision awaiting approval. Approve or "
@@ -205,6 +229,7 @@ def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
     note = (note or "").strip()
     if not note:
         raise DecisionError("Say why the decision is rejected, so the requester can act on it.")
+    _admit_text({"note": note})
     with transaction.atomic():
         decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
         if decision is None:

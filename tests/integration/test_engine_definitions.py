@@ -8,13 +8,18 @@ import json
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db.models.functions import Now
+from django.test import Client
+from django.urls import reverse
 
+from govflow.engine.contracts import stored_fingerprint
 from govflow.engine.definitions import DefinitionInvalid, definition_fingerprint
 from govflow.engine.errors import DefinitionConflict, InvalidRequest
-from govflow.engine.models import Definition
+from govflow.engine.models import Definition, Instance, InstanceStatus
 from govflow.engine.services.definitions import definition_publish
+from govflow.engine.services.instances import instance_start
 from tests.engine_helpers import graph, node, user_with
-from tests.flows import action, linear, start
+from tests.flows import action, drive, linear, start
 
 pytestmark = pytest.mark.django_db
 
@@ -289,3 +294,128 @@ def test_load_workflows_refuses_a_changed_file_under_a_published_version(tmp_pat
         call_command("load_workflows", path)
     assert "publish it as version 2" in capsys.readouterr().err
     assert Definition.objects.filter(key="tests.changed").count() == 1
+
+
+# -- hostile definitions: refused as problems, never a server error ----------------------
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        "2027-02-30T09:00:00+00:00",  # well-formed, but no such day
+        "2027-01-01T09:00:00+99:00",  # an offset no clock has
+        "9999-12-31T23:59:59-01:00",  # the year 10000 in UTC
+    ],
+)
+def test_an_impossible_timer_moment_is_a_problem_not_a_crash(at):
+    problem = one_problem(linear(node("t", "timer", at=at)))
+    assert problem.startswith(f"node 't': 'at' {at!r} must be an ISO 8601 date-time")
+
+
+@pytest.mark.parametrize(
+    "duration", ["P99999999999D", "PT99999999999999999999S", "P1" + "0" * 400 + "D"]
+)
+def test_a_timer_duration_too_large_to_compute_is_a_problem_not_a_crash(duration):
+    assert "is not an ISO 8601 duration" in one_problem(
+        linear(node("t", "timer", duration=duration))
+    )
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ({"$ref": "https://schemas.example/applicant"}, "points outside the schema"),
+        ({"$ref": "#/$defs/missing"}, "cannot be applied: a reference does not resolve"),
+        ({"$ref": "#"}, "cannot be applied: its references loop without end"),
+        ({"allOf": [{"$ref": "#"}]}, "its references loop without end"),
+    ],
+)
+def test_a_variables_schema_that_cannot_be_applied_is_refused_at_publish(schema, says):
+    problem = one_problem(linear(action("a"), variables_schema=schema))
+    assert problem.startswith("'variables' is not a valid JSON Schema: ") and says in problem
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [{"$ref": "#/$defs/missing"}, {"$ref": "#/properties/applicant"}],
+    ids=["unresolvable", "endless"],
+)
+def test_a_schema_that_fails_only_on_some_variables_refuses_the_start_not_crashes(nested):
+    # Publishing tries the schema on {}; a reference under a property only bites when the
+    # property is there. The start is then refused, and nothing is recorded.
+    schema = {"type": "object", "properties": {"applicant": nested}}
+    definition = definition_publish(document=linear(action("a"), variables_schema=schema))
+    with pytest.raises(InvalidRequest, match="'variables' schema is unusable") as caught:
+        instance_start(definition=definition, variables={"applicant": {"name": "Ada"}})
+    assert "Publish a corrected version." in str(caught.value)
+    assert not Instance.objects.exists()
+
+
+def gateway_chain(length: int) -> dict:
+    nodes = [node("s", "start")]
+    nodes += [node(f"g{i}", "exclusive") for i in range(length)]
+    nodes += [action("a"), node("e", "end")]
+    transitions = [("s", "g0")]
+    for i in range(length):
+        after = f"g{i + 1}" if i + 1 < length else "a"
+        transitions += [
+            (f"g{i}", "e", {"var": f"v{i}", "op": "truthy"}),
+            (f"g{i}", after, "default"),
+        ]
+    return graph(nodes, [*transitions, ("a", "e")])
+
+
+def test_a_chain_of_gateways_too_long_to_follow_is_refused_without_recursion():
+    # 900 gateways: the old loop search recursed once per gateway, and the router follows
+    # a chain within one step: the definition is refused at publish instead.
+    problem = one_problem(gateway_chain(900))
+    assert problem.startswith("node 'g0' starts a chain of 900 gateways")
+    assert "at most 64 are followed in a row" in problem
+
+
+def test_a_chain_of_gateways_at_the_limit_publishes_and_runs():
+    definition = definition_publish(document=gateway_chain(64))
+    instance = drive(instance_start(definition=definition, variables={"value": "v"}))
+    assert instance.status == InstanceStatus.COMPLETED, instance.reason
+
+
+def test_a_definition_with_too_many_nodes_is_refused_at_once():
+    doc = linear(*[node(f"n{i}", "exclusive") for i in range(1001)])
+    problem = one_problem(doc)
+    assert problem == (
+        "'nodes' has 1003 nodes; a definition may have at most 1000. Split the procedure "
+        "into several definitions."
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("key", "tests." + "k" * 120, "at most 120 characters"),
+        ("title", "T" * 201, "a non-empty string of at most 200 characters"),
+        ("version", 2**31, "a positive integer (at most 2147483647)"),
+    ],
+)
+def test_fields_longer_than_their_columns_are_problems(field, value, says):
+    # PostgreSQL refused these with a DataError (a server error); SQLite stored them.
+    doc = linear(action("a"))
+    doc[field] = value
+    assert says in one_problem(doc)
+
+
+def test_a_stored_definition_nested_too_deeply_still_shows_its_page(django_user_model):
+    # Published before the input guard: its page was a server error every time.
+    body = '{"description":' + "[" * 5000 + "]" * 5000 + ',"key":"tests.deep","version":1}'
+    definition = Definition.objects.create(
+        key="tests.deep",
+        version=1,
+        title="Deep",
+        document=body,
+        fingerprint=stored_fingerprint(body, ""),  # as published, before contracts
+        published_at=Now(),
+    )
+    client = Client()
+    client.force_login(user_with(django_user_model, "vera", "engine.view_definition"))
+    page = client.get(reverse("admin:engine_definition_change", args=[definition.pk]))
+    assert page.status_code == 200
+    assert "No: the stored document is nested too deeply to read" in page.content.decode()

@@ -52,7 +52,9 @@ class DefinitionAdmin(ReadOnlyAdmin):
     def document_pretty(self, obj: Definition):
         try:
             return pre(json.loads(obj.document))
-        except ValueError:  # changed in the database: "Runs here" says so
+        except (ValueError, RecursionError):
+            # Changed in the database ("Runs here" says so), or published before the input
+            # guard refused such nesting: shown as stored.
             return format_html('<pre class="govflow-json">{}</pre>', obj.document)
 
     @admin.display(description="Pinned action contracts")

@@ -30,6 +30,7 @@ from recovery.api import (
 
 from ..contracts import action_contract, contract_changes
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
+from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
 from ..queue import enqueue_advance
 from ..registry import registry
@@ -96,6 +97,7 @@ def instance_migrate_request(
             "A migration needs a rationale: say why the instance may go on under the "
             "action's new contract (what was checked, with whom)."
         )
+    admit_text(rationale, name="rationale", max_length=4000)
     instance = Instance.objects.select_related("definition").filter(pk=instance_id).first()
     if instance is None:
         raise InvalidRequest(f"No instance has id {instance_id}.")
@@ -232,6 +234,7 @@ def instance_migrate_reject(*, migration_id: int, actor, note: str) -> ContractM
     note = (note or "").strip()
     if not note:
         raise InvalidRequest("Say why the migration is rejected, so the requester can act on it.")
+    admit_text(note, name="note", max_length=4000)
     migration = _open(migration_id)
     with transaction.atomic():
         _claim(migration_id, MigrationState.REJECTED, actor, note)

@@ -22,7 +22,14 @@ from django.apps import apps
 from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
-from recovery.api import Subject, canonical_bytes, incident_report
+from recovery.api import (
+    CanonicalError,
+    Subject,
+    canonical_bytes,
+    incident_report,
+    input_guard,
+    parse_json,
+)
 
 from ..contracts import (
     action_contract,
@@ -33,6 +40,7 @@ from ..contracts import (
 )
 from ..definitions import DefinitionInvalid, Spec, parse_definition
 from ..errors import DefinitionConflict, InvalidRequest
+from ..limits import admit_text, definition_max_bytes
 from ..models import Definition, Instance
 from ..registry import registry
 
@@ -65,8 +73,15 @@ def definition_publish(*, document: Any, source: str = "", actor=None) -> Defini
     """
     if actor is not None and not actor.has_perm("engine.publish_definition"):
         raise InvalidRequest(f"{actor} may not publish definitions (engine.publish_definition).")
+    if isinstance(source, str):
+        source = source[:300]
+    source = admit_text(source, name="source", max_length=300, required=False)
+    try:
+        data = input_guard(document, max_bytes=definition_max_bytes())
+    except CanonicalError as exc:
+        raise DefinitionInvalid([str(exc)]) from None
     spec = parse_definition(document, registry=registry)
-    body = canonical_bytes(document).decode()
+    body = data.decode()
     contracts = contracts_of(spec.actions(), registry.get)
     pinned = canonical_bytes(contracts).decode()
     fp = pinned_fingerprint(document, contracts)
@@ -82,7 +97,7 @@ def definition_publish(*, document: Any, source: str = "", actor=None) -> Defini
                 document=body,
                 contracts=pinned,
                 fingerprint=fp,
-                source=source[:300],
+                source=source,
                 published_at=Now(),
                 published_by=actor,
             )
@@ -129,12 +144,33 @@ def _next_version(key: str) -> int:
 
 
 def definition_load_file(path: Path, *, actor=None) -> Definition:
+    """Publish one definition file, read with the admin upload's strict parser.
+
+    Refuses, as :class:`DefinitionInvalid` naming the file, what cannot be read, what is
+    larger than ``GOVFLOW_DEFINITION_MAX_BYTES``, and text that is not strict JSON
+    (duplicate keys, NaN, nesting deeper than the input limit).
+    """
+    limit = definition_max_bytes()
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DefinitionInvalid([f"{path.name}: not readable JSON ({exc})."]) from None
+        with path.open("rb") as file:
+            data = file.read(limit + 1)
+    except OSError as exc:
+        raise DefinitionInvalid([f"{path.name}: not readable ({exc.strerror or exc})."]) from None
+    if len(data) > limit:
+        raise DefinitionInvalid(
+            [
+                f"{path.name}: a definition file may be at most {limit} bytes, and this one "
+                "is larger (the limit is GOVFLOW_DEFINITION_MAX_BYTES)."
+            ]
+        )
     try:
-        return definition_publish(document=document, source=str(path.name), actor=actor)
+        document = parse_json(data, max_bytes=limit)
+    except CanonicalError as exc:
+        raise DefinitionInvalid([f"{path.name}: not readable JSON: {exc}"]) from None
+    # A file name the file system could not decode carries surrogates: store it readable.
+    source = path.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    try:
+        return definition_publish(document=document, source=source, actor=actor)
     except DefinitionInvalid as exc:
         raise DefinitionInvalid([f"{path.name}: {p}" for p in exc.problems]) from None
 
@@ -153,9 +189,20 @@ def definitions_load_app_workflows(*, actor=None) -> list[Definition]:
     return [definition_load_file(path, actor=actor) for path in app_workflow_files()]
 
 
+def _stored(body: str) -> Any:
+    """A stored document, read back. One published before the input guard existed may be
+    nested too deeply to read: it is then invalid, never a server error."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise DefinitionInvalid(
+            ["the stored document is nested too deeply to read; publish a flatter version."]
+        ) from None
+
+
 @functools.lru_cache(maxsize=256)
 def _spec(fingerprint: str, body: str) -> Spec:
-    return parse_definition(json.loads(body))
+    return parse_definition(_stored(body))
 
 
 # What a run of a definition whose stored bytes no longer match its fingerprint reads.
@@ -295,7 +342,7 @@ def unresolved_reason(definition: Definition) -> str:
 @functools.lru_cache(maxsize=256)
 def _unresolved(fingerprint: str, body: str, generation: int) -> str:
     try:
-        parse_definition(json.loads(body), registry=registry)
+        parse_definition(_stored(body), registry=registry)
     except DefinitionInvalid as exc:
         return "; ".join(exc.problems)
     return ""

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
 from django.db.models.functions import Now
 
 from recovery.api import (
-    CanonicalError,
     FingerprintKind,
     LeaseHeld,
     LedgerDisagrees,
     Subject,
     Verification,
-    canonical_bytes,
     fingerprint_value,
     incident_open,
     lease_acquire,
@@ -24,7 +21,9 @@ from recovery.api import (
     projection_record,
 )
 
+from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
+from ..limits import admit_json, admit_text, variables_max_bytes
 from ..models import Definition, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
 from ..queue import enqueue_advance
@@ -76,15 +75,23 @@ def instance_start(
     variables = {} if variables is None else variables
     if not isinstance(variables, dict):
         raise InvalidRequest("Variables must be a JSON object mapping names to values.")
-    try:
-        canonical_bytes(variables)
-    except CanonicalError as exc:
-        raise InvalidRequest(f"Variables are malformed: {exc}") from None
-    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 100:
-        raise InvalidRequest("tenant must be a non-empty string of at most 100 characters.")
+    # The same limits as the admin's form, whoever calls: nothing oversized, too deep or
+    # unstorable (U+0000 on PostgreSQL) reaches the database.
+    admit_json(variables, what="Variables are malformed", max_bytes=variables_max_bytes())
+    admit_text(tenant, name="tenant", max_length=100)
+    access = dict(access or {})
+    if actor is not None:
+        access.setdefault("started_by", actor.pk)
+    admit_json(access, what="The access context is malformed", max_bytes=variables_max_bytes())
     document_schema = spec_of(definition).document.get("variables")
     if document_schema:
-        errors = list(jsonschema.Draft202012Validator(document_schema).iter_errors(variables))
+        try:
+            errors = schema_errors(document_schema, variables)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"{definition} cannot check variables: its 'variables' schema is unusable "
+                f"({exc}). Publish a corrected version."
+            ) from None
         if errors:
             detail = "; ".join(
                 f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}" for e in errors[:5]
@@ -93,9 +100,6 @@ def instance_start(
     reason = start_refusal(definition)
     if reason:
         raise InvalidRequest(f"{definition} cannot run here: {reason}")
-    access = dict(access or {})
-    if actor is not None:
-        access.setdefault("started_by", actor.pk)
     with step_commit():
         instance = Instance.objects.create(
             definition=definition,
@@ -159,9 +163,10 @@ class _Held:
 def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
     """Cancel an instance: active tokens are cancelled; nothing external is undone."""
     _require(actor, "engine.operate_instance", "cancel instances")
-    reason = (reason or "").strip()
+    reason = (reason or "").strip() if isinstance(reason, str) else reason
     if not reason:
         raise InvalidRequest("Say why the instance is cancelled.")
+    admit_text(reason, name="reason", max_length=4000)
     with _Held(instance_id, actor) as run:
         if run.instance.status in TERMINAL_STATUSES:
             raise EngineConflict(f"Instance {instance_id} is already {run.instance.status}.")

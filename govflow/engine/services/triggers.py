@@ -9,7 +9,6 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from recovery.api import (
-    CanonicalError,
     LeaseHeld,
     StaleFence,
     canonical_bytes,
@@ -19,6 +18,7 @@ from recovery.api import (
 )
 
 from ..errors import EngineConflict, InvalidRequest
+from ..limits import admit_json, admit_text, payload_max_bytes
 from ..models import Token, TokenState, TriggerDelivery, WaitKind
 from ..queue import enqueue_advance
 from .runtime import worker_name
@@ -40,14 +40,10 @@ def trigger_deliver(
         ("correlation", correlation),
         ("delivery_id", delivery_id),
     ):
-        if not isinstance(value, str) or not value.strip() or len(value) > 200:
-            raise InvalidRequest(f"{name} must be a non-empty string of at most 200 characters.")
+        admit_text(value, name=name, max_length=200)
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
-    try:
-        body = canonical_bytes(payload)
-    except CanonicalError as exc:
-        raise InvalidRequest(f"payload is malformed: {exc}") from None
+    body = admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
     try:
         with transaction.atomic():
             delivery = TriggerDelivery.objects.create(

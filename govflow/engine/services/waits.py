@@ -7,7 +7,6 @@ from typing import Any
 from recovery.api import (
     ChainBroken,
     DecisionKind,
-    canonical_bytes,
     decision_approve,
     decision_reject,
     decision_request,
@@ -16,6 +15,7 @@ from recovery.api import (
 from recovery.models import Decision
 
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
+from ..limits import admit_json, admit_text, payload_max_bytes
 from ..models import InstanceStatus, Token, TokenState, WaitKind
 from ..queue import enqueue_advance
 from ..registry import registry
@@ -53,6 +53,7 @@ def approval_decide(
     *, instance_id: int, token_id: int, actor, approved: bool, note: str = ""
 ) -> None:
     """Record a human approval; the node's permission is checked against ``actor``."""
+    note = admit_text(str(note)[:1000], name="note", max_length=1000, required=False)
     with _Held(instance_id, actor) as run:
         token = _waiting(run, token_id, WaitKind.APPROVAL)
         permission = run.spec.nodes[token.node_id]["permission"]
@@ -63,7 +64,7 @@ def approval_decide(
         _release(
             run,
             token,
-            {"approved": bool(approved), "by": actor.get_username(), "note": str(note)[:1000]},
+            {"approved": bool(approved), "by": actor.get_username(), "note": note},
         )
 
 
@@ -73,7 +74,7 @@ def external_complete(
     """An external worker reports its task done; ``payload`` feeds the output mapping."""
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
-    canonical_bytes(payload)
+    admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
     with _Held(instance_id, actor) as run:
         _release(run, _waiting(run, token_id, WaitKind.EXTERNAL), payload)
 

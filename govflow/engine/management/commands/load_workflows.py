@@ -14,6 +14,11 @@ from govflow.engine.services.definitions import (
 )
 
 
+def _shown(path: Path) -> str:
+    # A path the file system could not decode would fail again when printed.
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class Command(BaseCommand):
     help = (
         "Publish workflow definitions from every installed app's workflows/*.json (or "
@@ -30,9 +35,16 @@ class Command(BaseCommand):
         for path in paths:
             try:
                 definition = definition_load_file(path)
-            except (DefinitionInvalid, DefinitionConflict) as exc:
+            except DefinitionInvalid as exc:
                 failures += 1
-                self.stderr.write(f"{path}: {exc}")
+                # One line per file: the problems already name the file, the path says where.
+                prefix = f"{path.name}: "
+                problems = "; ".join(p.removeprefix(prefix) for p in exc.problems)
+                self.stderr.write(f"{_shown(path)}: {problems}")
+                continue
+            except DefinitionConflict as exc:
+                failures += 1
+                self.stderr.write(f"{_shown(path)}: {exc}")
                 continue
             self.stdout.write(
                 f"{definition.key} v{definition.version} "
