@@ -196,7 +196,7 @@ def _replay(
         try:
             parsed = json.loads(fact)
             canonical = canonical_bytes_of_parsed(parsed) == fact_bytes
-        except ValueError:  # also UnicodeEncodeError: a lone surrogate
+        except (ValueError, RecursionError):  # a lone surrogate; a fact nested past reason
             canonical = False
         if not canonical or not isinstance(parsed, dict):
             return broken(seq, f"checkpoint #{seq}'s fact is not canonical JSON")

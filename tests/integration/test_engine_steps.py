@@ -220,6 +220,13 @@ def test_unknown_result_makes_the_outcome_unknown():
     assert_outcome_unknown(drive(start(linear(action("a")))), "the registry did not answer")
 
 
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 @pytest.mark.parametrize(
     ("returned", "fragment"),
     [
@@ -230,6 +237,8 @@ def test_unknown_result_makes_the_outcome_unknown():
             "reported success with an output that is not JSON",
         ),
         (Succeeded(None), "reported success with an output that is not JSON"),
+        (Succeeded({"name": "Nowak\x00"}), "can keep ($.name:"),
+        (Succeeded({"deep": _nested(200)}), "can keep ($.deep"),
     ],
 )
 def test_invalid_provider_result_makes_the_outcome_unknown(returned, fragment):

@@ -23,6 +23,7 @@ from recovery.api import (
     canonical_bytes,
     fingerprint_value,
     idempotency_key,
+    input_guard,
     operation_key,
     operation_observe,
     operation_record,
@@ -30,6 +31,7 @@ from recovery.api import (
 from recovery.models import Operation
 from recovery.subjects import Subject
 
+from ..limits import payload_max_bytes
 from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
 from ..projection import SUBJECT_TYPE
 from ..registry import ActionDefinition, registry
@@ -437,9 +439,16 @@ def settle(run, token, node, action, key, result) -> None:
     run as before, and rehydration decides the step.
     """
     if isinstance(result, Succeeded):
+        # The output becomes variables: the same guard as every other way in. The effect
+        # did happen, so an output that cannot be kept is an unknown outcome, never lost.
         try:
-            canonical_bytes(dict(result.output))
-        except (CanonicalError, TypeError, ValueError):
+            input_guard(dict(result.output), max_bytes=payload_max_bytes())
+        except CanonicalError as exc:
+            result = Unknown(
+                "the provider reported success with an output that is not JSON the engine "
+                f"can keep ({exc.path}: {exc.problem})"
+            )
+        except (TypeError, ValueError):
             result = Unknown("the provider reported success with an output that is not JSON")
     if isinstance(result, Pending) and _poll_delay(result) is None:
         result = Unknown(
