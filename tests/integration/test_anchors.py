@@ -16,6 +16,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
+from django.urls import reverse
 
 from govflow.engine.services.sweep import Sweeper
 from recovery import api
@@ -25,6 +26,7 @@ from recovery.keys import chain_keys
 from recovery.models import AnchorMark, Checkpoint, IntegrityIncident, Operation
 from recovery.subjects import Subject
 from recovery.testing import live_fence, new_subject, record
+from tests.engine_helpers import user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -345,7 +347,12 @@ def test_after_a_deliberate_restore_the_anchors_are_restarted_on_purpose(
     code, lines = verify("--resolve", "--by", "rita", "--rationale", "Restored the backup.")
     assert code == 0, lines
     requested = [line for line in lines if line.startswith("REQUESTED resolution")]
-    assert len(requested) == 2  # the ledger's incident and the chain's
+    # The chain's, the ledger's, and the store's (opened while the file was moved aside).
+    assert sorted(line.split(" on ")[1].split(":")[0] for line in requested) == [
+        "recovery.anchors",
+        "recovery.ledger",
+        subject.type,
+    ]
     for incident in IntegrityIncident.objects.filter(status="open"):
         assert verify("--approve", str(incident.pk), "--by", "rob")[0] == 0
     assert not IntegrityIncident.objects.filter(status="open").exists()
@@ -516,3 +523,25 @@ def test_recovery_verify_anchor_appends_a_full_anchor_and_says_so(anchor_path):
         0,
         f"Anchors: compared with 2 record(s) in {anchor_path} (newest #2 at {at}).",
     )
+
+
+def test_the_incident_page_shows_a_truncated_chain_still_broken_against_its_anchor(
+    client, django_user_model
+):
+    subject, (_, last) = make_subject("succeeded", "failed")
+    anchored = api.anchor_append().records[0]
+    truncate(subject, 2, last)
+    incident = api.subject_verify(subject=subject)[1]
+    ledger = api.subject_verify(subject=api.LEDGER)[1]
+    client.force_login(user_with(django_user_model, "rita", "recovery.view_integrityincident"))
+    html = client.get(
+        reverse("admin:recovery_integrityincident_change", args=[incident.pk])
+    ).content.decode()
+    assert (
+        "Still broken at checkpoint #3: the chain ends at #2 but #4 was anchored at "
+        f"{anchored.at} (anchor record #1)"
+    ) in html
+    html = client.get(
+        reverse("admin:recovery_integrityincident_change", args=[ledger.pk])
+    ).content.decode()
+    assert f"Still broken: checkpoint {anchored.ledger.checkpoint}, the newest when" in html
