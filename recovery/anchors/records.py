@@ -128,7 +128,7 @@ def record_read(line: bytes, *, n: int, prev: str) -> AnchorRecord:
     try:
         body = json.loads(raw)
         canonical = canonical_bytes_of_parsed(body) == raw
-    except ValueError:
+    except (ValueError, RecursionError):  # a lone surrogate; a line nested past reason
         canonical = False
     if not canonical or not isinstance(body, dict):
         raise _Bad("is not canonical JSON (the line was edited)")
@@ -205,7 +205,7 @@ def appending(store: AnchorStore, *, wait: bool = True) -> Iterator[AnchorSessio
                 body = json.loads(raw)
                 n, prev = body["n"], body["prev"]
                 last = record_read(raw + b"\n", n=n, prev=prev)
-            except (ValueError, TypeError, KeyError, _Bad) as exc:
+            except (ValueError, TypeError, KeyError, RecursionError, _Bad) as exc:
                 reason = str(exc) if isinstance(exc, _Bad) else "is not an anchor record"
                 raise AnchorStoreError(
                     f"The last record of the anchor store {store} {reason}. Nothing is "

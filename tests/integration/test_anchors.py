@@ -415,6 +415,10 @@ TAMPERING = {
         "at #3: the database remembers appending anchor record #3 (at ",
     ),
     "emptied": (lambda lines: [], "at #1: the database remembers appending anchor record #3"),
+    "nested": (
+        lambda lines: [lines[0], b"[" * 100_000 + b"]" * 100_000 + b"\n", lines[2]],
+        "at #2: anchor record #2 is not canonical JSON (the line was edited)",
+    ),
     "cut off": (
         lambda lines: [*lines[:2], lines[2][:-20]],
         "at #3: anchor record #3 is incomplete (no newline: a write was cut off, or the "
