@@ -13,11 +13,11 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from .chain import chain_verify
 from .errors import ConflictError, RecoveryError, RecoveryValidationError
 from .forms import ResolutionRejectForm, ResolutionRequestForm
 from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
 from .services.facts import incident_trail
+from .services.incidents import subject_check
 from .services.resolutions import (
     RESOLVE_PERMISSION,
     incident_resolve_approve_via_owner,
@@ -243,9 +243,9 @@ def incident_context(request, incident: IntegrityIncident, bound: dict) -> dict:
     pending = next((r for r in resolutions if r.state == ResolutionState.REQUESTED), None)
     is_open = incident.status == IncidentStatus.OPEN
     may_resolve = is_open and user.has_perm(RESOLVE_PERMISSION)
-    try:
-        verification, verify_error = chain_verify(subject), ""
-    except RecoveryError as exc:  # e.g. chain keys missing from settings
+    try:  # against the anchors too, as a resolution request will be
+        verification, verify_error = (subject_check(subject) if is_open else None), ""
+    except RecoveryError as exc:  # e.g. chain keys missing, anchor store unreadable
         verification, verify_error = None, str(exc)
     trail = incident_trail(incident.pk)
     return {

@@ -3,6 +3,7 @@
 See ``docs/recovery.md`` for the model behind it and examples.
 """
 
+from .anchors import AnchorIndex, AnchorStore, FileAnchorStore, anchor_store
 from .canonical import (
     FingerprintKind,
     canonical_bytes,
@@ -13,6 +14,7 @@ from .canonical import (
 from .chain import Verification, chain_verify, revision_require, subject_revision
 from .db import atomic, insert_row, joined
 from .errors import (
+    AnchorStoreError,
     CanonicalError,
     ChainBroken,
     ChainConflict,
@@ -47,9 +49,13 @@ from .projections import (
     projection_record,
     projection_register,
 )
+from .services.anchors import Anchored, anchor_append, anchor_if_due
 from .services.decisions import decision_approve, decision_reject, decision_request
 from .services.facts import INCIDENT_TRAIL, fact_append, facts_read, incident_trail
 from .services.incidents import (
+    AnchorsReport,
+    anchors_load,
+    anchors_verify,
     incident_open,
     incident_report,
     incident_reverify,
@@ -99,13 +105,21 @@ from .states import (
     can_transition,
 )
 from .subjects import Subject, SubjectType, subject_type_register, subject_types
+from .watermarks import ANCHOR_STORE, LEDGER
 
 __all__ = [
+    "ANCHOR_STORE",
     "INCIDENT_TRAIL",
+    "LEDGER",
     "RESOLVE_PERMISSION",
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
     "TRANSITIONS",
+    "AnchorIndex",
+    "AnchorStore",
+    "AnchorStoreError",
+    "Anchored",
+    "AnchorsReport",
     "CanonicalError",
     "ChainBroken",
     "ChainConflict",
@@ -120,6 +134,7 @@ __all__ = [
     "EmptyNonce",
     "EvidenceRejected",
     "Fence",
+    "FileAnchorStore",
     "FingerprintKind",
     "IncidentConflict",
     "IncidentError",
@@ -145,6 +160,11 @@ __all__ = [
     "Subject",
     "SubjectType",
     "Verification",
+    "anchor_append",
+    "anchor_if_due",
+    "anchor_store",
+    "anchors_load",
+    "anchors_verify",
     "atomic",
     "can_transition",
     "canonical_bytes",

@@ -1,10 +1,12 @@
-"""System checks: the chain keys must parse, and production must not use the dev key."""
+"""System checks: the chain keys must parse, production must not use the dev key, and the
+anchor store must be writable."""
 
 from __future__ import annotations
 
 from django.core import checks
 
-from .errors import ChainKeyError
+from .anchors import anchor_store
+from .errors import AnchorStoreError, ChainKeyError
 from .keys import chain_keys
 
 
@@ -32,7 +34,6 @@ def check_chain_keys_deploy(app_configs, **kwargs):
                 id="recovery.E002",
             )
         ]
-
     return []
 
 
@@ -78,3 +79,31 @@ def check_input_limits(app_configs, **kwargs):
             )
         )
     return found
+
+
+@checks.register()
+def check_anchor_store(app_configs, **kwargs):
+    try:
+        store = anchor_store()
+    except AnchorStoreError as exc:
+        return [checks.Warning(str(exc), id="recovery.W002")]
+    if store is None:
+        return [
+            checks.Warning(
+                "Anchors are turned off (RECOVERY_ANCHOR_STORE is empty): a truncated chain "
+                "or a database restored from an older backup goes unnoticed.",
+                hint="Remove the setting to anchor to a file in the var directory, or name "
+                "a store for write-once storage (docs/recovery.md, 'Anchors').",
+                id="recovery.W003",
+            )
+        ]
+    return [
+        checks.Warning(
+            problem,
+            hint="Until anchors can be appended, nothing is anchored and the sweeper logs "
+            "an error at every try. Make the path writable by every GovFlow process, or set "
+            "GOVFLOW_ANCHOR_PATH (RECOVERY_ANCHOR_PATH) to a writable place.",
+            id="recovery.W002",
+        )
+        for problem in store.problems()
+    ]

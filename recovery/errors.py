@@ -136,3 +136,7 @@ class EvidenceRejected(RecoveryValidationError):
 
 class ChainKeyError(RecoveryError):
     """The checkpoint chain keys in settings are missing or malformed."""
+
+
+class AnchorStoreError(RecoveryError):
+    """The anchor store cannot be read or written, or its own records do not verify."""

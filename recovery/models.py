@@ -282,3 +282,23 @@ class EvidenceFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.fingerprint[:12]}…)"
+
+
+class AnchorMark(models.Model):
+    """The newest record this database knows was appended to an anchor store.
+
+    Anchors witness the database; this row witnesses the anchors. A store that lost
+    records from its end (or was replaced) is shorter than its mark, so undoing both takes
+    write access to the database *and* to the store.
+    """
+
+    store = models.CharField(max_length=500, unique=True, help_text="Where the records are.")
+    record = models.BigIntegerField(help_text="The number of the newest record appended.")
+    link = models.CharField(**FP)
+    written_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "recovery_anchor_mark"
+
+    def __str__(self) -> str:
+        return f"{self.store} #{self.record}"

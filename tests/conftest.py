@@ -27,6 +27,19 @@ def alpha_store(tmp_path, settings):
     effects.reset()
 
 
+@pytest.fixture(autouse=True)
+def anchor_path(tmp_path, settings):
+    """Every test gets its own anchor file (a missing folder, created on the first append)
+    and a sweeper that anchors on its first pass: anchors outlive a test's database."""
+    from recovery.services.anchors import anchor_schedule_reset
+
+    path = tmp_path / "anchors" / "ledger.anchors"
+    settings.RECOVERY_ANCHOR_PATH = str(path)
+    anchor_schedule_reset()
+    yield path
+    anchor_schedule_reset()
+
+
 @pytest.fixture
 def subject():
     return new_subject()

@@ -148,6 +148,16 @@ FILE_UPLOAD_TEMP_DIR = os.environ.get("GOVFLOW_UPLOAD_TEMP_DIR") or None
 # separated; the first is the active key, the others verify older checkpoints.
 RECOVERY_CHAIN_KEYS = os.environ.get("GOVFLOW_CHAIN_KEYS", "")
 
+# Anchors outside the database (docs/recovery.md, "Anchors"): the sweeper appends chain
+# heads and the ledger's watermark to an append-only, keyed, hash-chained file, so that a
+# truncated chain or a database restored from an older backup is an integrity incident.
+# RECOVERY_ANCHOR_STORE names another store (write-once storage); None turns anchors off.
+RECOVERY_ANCHOR_STORE = "recovery.anchors.FileAnchorStore"
+RECOVERY_ANCHOR_PATH = Path(
+    os.environ.get("GOVFLOW_ANCHOR_PATH", VAR_DIR / "anchors" / "ledger.anchors")
+)
+RECOVERY_ANCHOR_INTERVAL = float(os.environ.get("GOVFLOW_ANCHOR_INTERVAL", 10))
+
 # Engine tuning (seconds unless said otherwise); see docs/deployment.md.
 GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))
 GOVFLOW_MAX_STEPS_PER_RUN = int(os.environ.get("GOVFLOW_MAX_STEPS_PER_RUN", 500))

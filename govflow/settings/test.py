@@ -1,4 +1,4 @@
-"""Test settings: fast password hashing, evidence in a throwaway folder, fixed chain keys."""
+"""Test settings: fast password hashing, evidence and anchors in throwaway folders, fixed keys."""
 
 import os
 import tempfile
@@ -9,6 +9,10 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 EVIDENCE_ROOT = tempfile.mkdtemp(prefix="govflow-evidence-")
 STORAGES["recovery_evidence"]["OPTIONS"]["location"] = EVIDENCE_ROOT  # noqa: F405
+# Anchors in a throwaway folder per process (tests/conftest.py gives each test its own).
+RECOVERY_ANCHOR_PATH = os.environ.get("GOVFLOW_ANCHOR_PATH") or os.path.join(
+    tempfile.mkdtemp(prefix="govflow-anchors-"), "ledger.anchors"
+)
 RECOVERY_CHAIN_KEYS = os.environ.get(
     "GOVFLOW_CHAIN_KEYS",
     "test2:" + "22" * 32 + ",test1:" + "11" * 32,

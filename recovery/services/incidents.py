@@ -2,28 +2,43 @@
 
 An open incident refuses every success for its subject. It is resolved only by four eyes
 on a chain that verifies: :mod:`recovery.services.resolutions`.
+
+Verification compares with the anchors outside the database by default (``anchors=True``
+reads the configured store; pass an :class:`~recovery.anchors.AnchorIndex` read once for
+many subjects, or ``False`` to leave them out): a chain shorter than its anchored head, or
+rewritten since, fails like a broken one. The subjects ``recovery.ledger:watermark`` and
+``recovery.anchors:store`` are verified against the anchors (``recovery.watermarks``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from ..anchors import AnchorIndex, anchor_index_read, anchor_store
 from ..chain import Verification, chain_verify
 from ..errors import RecoveryValidationError
 from ..models import IntegrityIncident
 from ..states import IncidentStatus
 from ..subjects import Subject
+from ..watermarks import ANCHOR_STORE, LEDGER, ledger_verify, store_verify, subject_compare
 
 __all__ = [
+    "AnchorsReport",
+    "anchors_load",
+    "anchors_verify",
     "incident_open",
     "incident_report",
     "incident_reverify",
     "plain_text",
+    "subject_check",
     "subject_verify",
 ]
+
+Anchors = AnchorIndex | bool
 
 MAX_TEXT = 10_000
 OPEN = IncidentStatus.OPEN
@@ -94,24 +109,83 @@ def incident_report(
     return _open(subject, position, reason)
 
 
-def subject_verify(
-    *, subject: Subject, watermark: int | None = None
-) -> tuple[Verification, IntegrityIncident | None]:
-    """Verify ``subject``'s chain; a broken chain opens (or keeps) an integrity incident."""
+def anchors_load() -> AnchorIndex | None:
+    """Read and verify the configured anchor store; ``None`` when anchors are turned off.
+
+    Raises :class:`~recovery.errors.AnchorStoreError` when the store cannot be read: a
+    verification that was asked to compare with the anchors does not go on without them.
+    """
+    store = anchor_store()
+    return None if store is None else anchor_index_read(store)
+
+
+@dataclass(frozen=True)
+class AnchorsReport:
+    """The anchors as read (``None``: turned off), and each failed check with its incident."""
+
+    index: AnchorIndex | None
+    failures: tuple[tuple[Verification, IntegrityIncident], ...] = ()
+
+
+def anchors_verify() -> AnchorsReport:
+    """Verify the anchor store itself and the ledger's watermark; open an incident for each
+    failure (on ``recovery.anchors:store`` and ``recovery.ledger:watermark``).
+
+    Per-subject comparisons are :func:`subject_verify`'s, given the returned ``index``.
+    """
+    index = anchors_load()
+    if index is None:
+        return AnchorsReport(None)
+    failures = []
+    for result in (store_verify(index), ledger_verify(index.latest)):
+        if not result.ok:
+            failures.append((result, incident_open(verification=result)))
+    return AnchorsReport(index, tuple(failures))
+
+
+def subject_check(
+    subject: Subject, *, watermark: int | None = None, anchors: Anchors = True
+) -> Verification:
+    """Verify ``subject``'s chain and compare it with its anchors; a read, opens nothing.
+
+    ``recovery.ledger:watermark`` and ``recovery.anchors:store`` are checked against the
+    anchors instead (they have no chain).
+    """
+    index = anchors if isinstance(anchors, AnchorIndex) else anchors_load() if anchors else None
+    # The anchors are read before the chain: newer anchors can only make it stricter.
+    if subject in (LEDGER, ANCHOR_STORE):
+        if anchors is False:
+            raise RecoveryValidationError(
+                f"{subject} is verified against the anchors; it cannot be verified without."
+            )
+        if index is None:  # anchors turned off: nothing contradicts the database
+            return Verification(subject, True, 0)
+        return ledger_verify(index.latest) if subject == LEDGER else store_verify(index)
     result = chain_verify(subject, watermark=watermark)
+    return result if index is None else subject_compare(result, index)
+
+
+def subject_verify(
+    *, subject: Subject, watermark: int | None = None, anchors: Anchors = True
+) -> tuple[Verification, IntegrityIncident | None]:
+    """Verify ``subject``'s chain and its anchors; a failure opens (or keeps) an incident."""
+    result = subject_check(subject, watermark=watermark, anchors=anchors)
     if result.ok:
         return result, None
     return result, incident_open(verification=result)
 
 
-def incident_reverify(*, incident: IntegrityIncident, watermark: int | None = None) -> Verification:
-    """Verify the incident's subject again; a chain that still fails refreshes the incident.
+def incident_reverify(
+    *, incident: IntegrityIncident, watermark: int | None = None, anchors: Anchors = True
+) -> Verification:
+    """Verify the incident's subject again; a subject that still fails refreshes the incident.
 
-    The open incident takes the newest position and reason. This never resolves an
-    incident: only :func:`incident_resolve_approve` does.
+    The open incident takes the newest position and reason. The anchors are compared as by
+    :func:`subject_verify`, so a truncated chain does not pass by verifying on its own.
+    This never resolves an incident: only :func:`incident_resolve_approve` does.
     """
     subject = Subject(incident.subject_type, incident.subject_id)
-    result = chain_verify(subject, watermark=watermark)
+    result = subject_check(subject, watermark=watermark, anchors=anchors)
     if not result.ok:
         IntegrityIncident.objects.filter(pk=incident.pk, status=OPEN).update(
             position=result.position, reason=result.reason

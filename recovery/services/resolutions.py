@@ -23,13 +23,13 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from ..canonical import FingerprintKind, fingerprint_value
-from ..chain import Verification, chain_verify
+from ..chain import Verification
 from ..errors import ConflictError, RecoveryValidationError
 from ..models import IncidentResolution, IntegrityIncident
 from ..states import IncidentStatus, ResolutionState
 from ..subjects import Subject, subject_types
 from .facts import incident_fact_append
-from .incidents import MAX_TEXT, incident_reverify, plain_text
+from .incidents import MAX_TEXT, incident_reverify, plain_text, subject_check
 
 __all__ = [
     "MAX_TEXT",
@@ -129,16 +129,14 @@ def _recheck(
     """
     if refresh:
         result = incident_reverify(incident=incident, watermark=watermark)
-    else:
-        result = chain_verify(
+    else:  # the same check, against the anchors too, without writing
+        result = subject_check(
             Subject(incident.subject_type, incident.subject_id), watermark=watermark
         )
     subject = result.subject
     if not result.ok:
-        return result, (
-            f"the chain of {subject} is still broken at checkpoint #{result.position}: "
-            f"{result.reason}"
-        )
+        at = f" at checkpoint #{result.position}" if result.position is not None else ""
+        return result, f"the chain of {subject} is still broken{at}: {result.reason}"
     if result.length == 0 and watermark is None:
         return result, (
             f"the chain of {subject} is empty. An empty chain verifies trivially, so it "

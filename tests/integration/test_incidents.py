@@ -5,6 +5,7 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from recovery import api
@@ -38,6 +39,14 @@ def verify(*args: str, **options) -> tuple[int, list[str]]:
     return code, out.getvalue().splitlines()
 
 
+def no_anchors_yet() -> str:
+    """The line that says nothing was anchored yet (each test has a fresh anchor file)."""
+    return (
+        f"Anchors: none yet in {settings.RECOVERY_ANCHOR_PATH}, nothing to compare with "
+        "(the sweeper appends them; --anchor appends a full one now)."
+    )
+
+
 def open_incidents() -> dict[str, IntegrityIncident]:
     return {i.subject_id: i for i in IntegrityIncident.objects.filter(status="open")}
 
@@ -45,18 +54,18 @@ def open_incidents() -> dict[str, IntegrityIncident]:
 def test_all_chains_ok_exits_normally_and_prints_the_count():
     first, _ = make_subject("succeeded", "failed")
     second, _ = make_subject("outcome_unknown")
-    assert verify() == (0, ["2 chain(s) verified, 0 broken."])
+    assert verify() == (0, [no_anchors_yet(), "2 chain(s) verified, 0 broken."])
     code, lines = verify(verbosity=2)
     assert code == 0
-    assert lines[-1] == "2 chain(s) verified, 0 broken."
-    assert sorted(lines[:-1]) == sorted(
+    assert lines[-2:] == [no_anchors_yet(), "2 chain(s) verified, 0 broken."]
+    assert sorted(lines[:-2]) == sorted(
         [f"ok {first} (4 checkpoints)", f"ok {second} (2 checkpoints)"]
     )
     assert not IntegrityIncident.objects.exists()
 
 
 def test_an_empty_ledger_verifies_nothing_and_passes():
-    assert verify() == (0, ["0 chain(s) verified, 0 broken."])
+    assert verify() == (0, [no_anchors_yet(), "0 chain(s) verified, 0 broken."])
 
 
 def test_each_broken_chain_gets_one_line_and_one_incident_and_the_exit_code_is_1():
@@ -93,10 +102,13 @@ def test_subject_limits_verification_to_one_chain():
     good, _ = make_subject("succeeded")
     bad, (key,) = make_subject("failed")
     Operation.objects.filter(key=key).update(fence=42)
-    assert verify("--subject", str(good)) == (0, ["1 chain(s) verified, 0 broken."])
+    assert verify("--subject", str(good)) == (
+        0,
+        [no_anchors_yet(), "1 chain(s) verified, 0 broken."],
+    )
     assert not IntegrityIncident.objects.exists()
     code, lines = verify(f"--subject={bad}")
-    assert code == 1 and len(lines) == 2
+    assert code == 1 and len(lines) == 3
     assert lines[0].startswith(f"BROKEN {bad} at #2: operation {key}'s fence is 42 in its row")
     assert set(open_incidents()) == {bad.id}
 
@@ -139,7 +151,10 @@ def test_watermark_detects_a_truncated_chain():
     # the chain is still valid, and only the reader's earlier revision reveals the loss.
     Checkpoint.objects.filter(subject_id=subject.id, seq__gt=2).delete()
     Operation.objects.filter(key=last).delete()
-    assert verify("--subject", str(subject)) == (0, ["1 chain(s) verified, 0 broken."])
+    assert verify("--subject", str(subject)) == (
+        0,
+        [no_anchors_yet(), "1 chain(s) verified, 0 broken."],
+    )
     code, lines = verify("--subject", str(subject), "--watermark", str(watermark))
     assert code == 1
     assert lines[0].startswith(
@@ -204,4 +219,4 @@ def test_resolve_requests_resolution_only_where_the_chain_verifies_and_a_second_
     code, lines = verify(
         "--resolve", "--by", "rita", "--rationale", "again", "--subject", str(repaired)
     )
-    assert (code, lines) == (0, ["1 chain(s) verified, 0 broken."])
+    assert (code, lines) == (0, [no_anchors_yet(), "1 chain(s) verified, 0 broken."])

@@ -27,6 +27,7 @@ from recovery.api import (
     Fence,
     LeaseHeld,
     StaleFence,
+    anchor_if_due,
     fence_condition,
     fenced_update,
     lease_acquire,
@@ -314,8 +315,9 @@ class Sweeper:
        otherwise waits at most one lease period for it to expire.
     2. While holding it, pass after pass: fire due timers (batch after batch without a
        pause while batches come back full), re-enqueue orphaned and stuck instances, and
-       every ``GOVFLOW_SWEEP_FULL_EVERY`` seconds retry buffered trigger messages; renew
-       the lease after every pass. Each write is fenced, so a sweeper that lost its lease
+       every ``GOVFLOW_SWEEP_FULL_EVERY`` seconds retry buffered trigger messages, and
+       anchor new chain heads when due (``recovery.api.anchor_if_due``); renew the lease
+       after every pass. Each write is fenced, so a sweeper that lost its lease
        unnoticed changes nothing.
     3. ``StaleFence`` means another sweeper took over: a standby sweeper goes back to 1,
        the task leaves.
@@ -413,6 +415,7 @@ class Sweeper:
                 if time.monotonic() - last_full >= self.full_every:
                     self.stats["deliveries"] += deliveries_retry()
                     last_full = time.monotonic()
+                anchor_if_due()  # chain heads outside the database (docs/recovery.md)
             self.stats["passes"] += 1
             lease_renew(fence=fence, ttl=self.ttl)
             if deadline is not None and time.monotonic() >= deadline:

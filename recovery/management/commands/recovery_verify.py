@@ -1,4 +1,6 @@
-"""Verify every checkpoint chain (or one), open incidents, exit non-zero if any is broken.
+"""Verify every checkpoint chain (or one) and compare it with the anchors outside the
+database, open incidents, exit non-zero if anything is broken; ``--anchor`` then appends
+a full anchor.
 
 Resolving an incident takes two people, here as in the admin: ``--resolve --by A
 --rationale …`` records A's request for every open incident whose chain verifies again,
@@ -10,22 +12,39 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery.errors import ConflictError, RecoveryValidationError
-from recovery.models import Checkpoint, IntegrityIncident, Operation
-from recovery.services.incidents import subject_verify
+from recovery.anchors import anchor_store
+from recovery.errors import (
+    AnchorStoreError,
+    ChainKeyError,
+    ConflictError,
+    RecoveryValidationError,
+    RevisionRollback,
+)
+from recovery.models import AnchorMark, Checkpoint, IntegrityIncident, Operation
+from recovery.services.anchors import anchor_append
+from recovery.services.incidents import (
+    AnchorsReport,
+    anchors_load,
+    anchors_verify,
+    subject_verify,
+)
 from recovery.services.resolutions import (
     RESOLVE_PERMISSION,
     incident_resolve_approve_via_owner,
     incident_resolve_request,
 )
 from recovery.subjects import Subject
+from recovery.watermarks import ANCHOR_STORE, LEDGER
+
+SPECIAL = (ANCHOR_STORE, LEDGER)
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute every subject's keyed checkpoint chain and compare it with the ledger "
-        "operations. Prints one line per broken chain, opens an integrity incident for it, "
-        "and exits with status 1 when anything is broken. Resolving an incident takes two "
+        "Recompute every subject's keyed checkpoint chain, compare it with the ledger "
+        "operations and with the anchors kept outside the database. Prints one line per "
+        "broken chain, opens an integrity incident for it, and exits with status 1 when "
+        "anything is broken. Resolving an incident takes two "
         "people: --resolve records a request, --approve (by someone else) approves it."
     )
 
@@ -58,6 +77,24 @@ class Command(BaseCommand):
             type=int,
             help="with --subject: the revision seen before (detects truncation)",
         )
+        parser.add_argument(
+            "--anchor",
+            action="store_true",
+            help="after verifying, append a full anchor: every chain's head and the ledger's "
+            "watermark",
+        )
+        parser.add_argument(
+            "--no-anchors",
+            action="store_true",
+            help="do not compare with the anchors (truncation and rollback go unnoticed)",
+        )
+        parser.add_argument(
+            "--restart-anchors",
+            action="store_true",
+            help="with --anchor: start a new anchor chain in an empty store although the "
+            "database remembers an earlier one (after a deliberate restore; keep the old "
+            "store as evidence)",
+        )
 
     def handle(
         self,
@@ -68,11 +105,14 @@ class Command(BaseCommand):
         approve=None,
         rationale=None,
         by=None,
+        anchor=False,
+        no_anchors=False,
+        restart_anchors=False,
         verbosity=1,
         **options,
     ):
         if approve is not None:
-            if resolve or subject or watermark is not None or rationale:
+            if resolve or subject or watermark is not None or rationale or anchor:
                 raise CommandError(
                     "--approve INCIDENT approves one pending resolution request and takes "
                     "only --by; the watermark and rationale are the request's."
@@ -88,34 +128,130 @@ class Command(BaseCommand):
                 )
         elif rationale:
             raise CommandError("--rationale goes with --resolve.")
+        if no_anchors and (anchor or restart_anchors):
+            raise CommandError("--anchor cannot be combined with --no-anchors.")
+        if restart_anchors and not anchor:
+            raise CommandError("--restart-anchors needs --anchor.")
         if subject:
             try:
                 subjects = [Subject.parse(subject)]
             except RecoveryValidationError as exc:
                 raise CommandError(str(exc)) from exc
-        else:
-            if watermark is not None:
-                raise CommandError("--watermark needs --subject.")
+            if no_anchors and subjects[0] in SPECIAL:
+                raise CommandError(f"{subject} is verified against the anchors: drop --no-anchors.")
+        elif watermark is not None:
+            raise CommandError("--watermark needs --subject.")
+        # With --subject only that subject is verified: the anchors are read (their own
+        # records verified) to compare it with them, but the ledger is not counted.
+        report = None if no_anchors else self._anchors_verify(full=not subject)
+        index = report.index if report is not None else None
+        if not subject:
             pairs = set(Checkpoint.objects.values_list("subject_type", "subject_id").distinct())
             pairs |= set(Operation.objects.values_list("subject_type", "subject_id").distinct())
+            if index is not None:  # a subject removed altogether is still anchored
+                pairs |= {(s.type, s.id) for s in index.subjects()}
             subjects = [Subject(t, i) for t, i in sorted(pairs)]
+        problems = self._report_anchors(report)
+        if resolve and not subject and index is not None:
+            failed = {result.subject for result, _ in report.failures}
+            for item in SPECIAL:
+                if item not in failed:
+                    self._request(item, actor, rationale, None)
+        anchors = index if index is not None else not no_anchors
         broken = 0
         for item in subjects:
-            result, incident = subject_verify(subject=item, watermark=watermark)
+            result, incident = subject_verify(subject=item, watermark=watermark, anchors=anchors)
             if not result.ok:
                 broken += 1
-                self.stdout.write(
-                    f"BROKEN {result.subject} at #{result.position}: "
-                    f"{result.reason} (incident {incident.pk})"
-                )
+                self._broken(result, incident)
             else:
                 if resolve:
                     self._request(item, actor, rationale, watermark)
-                if verbosity > 1:
+                if verbosity > 1 and item not in SPECIAL:
                     self.stdout.write(f"ok {result.subject} ({result.length} checkpoints)")
-        self.stdout.write(f"{len(subjects)} chain(s) verified, {broken} broken.")
-        if broken:
+        self.stdout.write(self._anchors_line(report, no_anchors))
+        summary = f"{len(subjects)} chain(s) verified, {broken} broken"
+        if problems:
+            summary += f"; the anchors show {problems} problem(s) (above)"
+        self.stdout.write(summary + ".")
+        failed = bool(broken or problems)
+        if anchor:
+            failed = not self._anchor(restart_anchors) or failed
+        if failed:
             raise SystemExit(1)
+
+    def _broken(self, result, incident) -> None:
+        at = f" at #{result.position}" if result.position is not None else ""
+        self.stdout.write(f"BROKEN {result.subject}{at}: {result.reason} (incident {incident.pk})")
+
+    def _anchors_verify(self, *, full: bool) -> AnchorsReport:
+        try:
+            return anchors_verify() if full else AnchorsReport(anchors_load())
+        except AnchorStoreError as exc:
+            raise CommandError(
+                f"{exc} To verify without the anchors, pass --no-anchors (truncation and "
+                "rollback then go unnoticed)."
+            ) from exc
+
+    def _report_anchors(self, report: AnchorsReport | None) -> int:
+        """Print the anchors' own failures; return how many there were."""
+        if report is None:
+            return 0
+        for result, incident in report.failures:
+            self._broken(result, incident)
+        return len(report.failures)
+
+    def _anchors_line(self, report: AnchorsReport | None, no_anchors: bool) -> str:
+        if no_anchors:
+            return "Anchors: not compared (--no-anchors)."
+        if report is None or report.index is None:
+            return (
+                "Anchors: turned off (RECOVERY_ANCHOR_STORE is empty); truncation and "
+                "rollback go unnoticed."
+            )
+        index = report.index
+        if index.latest is None:
+            return (
+                f"Anchors: none yet in {index.store}, nothing to compare with (the sweeper "
+                "appends them; --anchor appends a full one now)."
+            )
+        return (
+            f"Anchors: compared with {index.records} record(s) in {index.store} "
+            f"(newest #{index.latest.n} at {index.latest.at})."
+        )
+
+    def _anchor(self, restart: bool) -> bool:
+        try:
+            if restart:
+                self._restart()
+            result = anchor_append(full=True)
+        except (AnchorStoreError, RevisionRollback, ChainKeyError) as exc:
+            self.stdout.write(f"NOT ANCHORED: {exc}")
+            return False
+        if not result.records:
+            self.stdout.write(f"ANCHORED nothing: {result.store} holds no chain yet.")
+            return True
+        first, last = result.records[0], result.records[-1]
+        heads = sum(len(record.heads) for record in result.records if record.mode == "full")
+        self.stdout.write(
+            f"ANCHORED the heads of {heads} chain(s) in record(s) #{first.n}-#{last.n} of "
+            f"{result.store} (ledger: checkpoint {last.ledger.checkpoint}, "
+            f"{last.ledger.count} checkpoint(s))."
+        )
+        return True
+
+    def _restart(self) -> None:
+        store = anchor_store()
+        if store is None:
+            return
+        if any(True for _ in store.lines()):
+            raise AnchorStoreError(
+                f"--restart-anchors starts a new anchor chain in an empty store, but {store} "
+                "holds records. Move it aside (keep it: it is the evidence of what the "
+                "database held), then run this again."
+            )
+        AnchorMark.objects.filter(store=str(store)).delete()
+        self.stdout.write(f"RESTARTED the anchors in {store}: the database forgot the old ones.")
 
     def _actor(self, username: str | None, option: str):
         if not username:
