@@ -97,7 +97,18 @@ class ChainBroken(IntegrityViolation):
 
 
 class IntegrityIncidentOpen(IntegrityViolation):
-    """An open integrity incident on the subject blocks new effects and every success."""
+    """An open integrity incident on the subject blocks new effects and every success.
+
+    ``incident_id`` names the incident when the refusal knows it; ``ledger_wide`` says it
+    is the whole ledger's (the database is behind its anchors), not the subject's own.
+    """
+
+    def __init__(
+        self, message: str, *, incident_id: int | None = None, ledger_wide: bool = False
+    ) -> None:
+        self.incident_id = incident_id
+        self.ledger_wide = ledger_wide
+        super().__init__(message)
 
 
 class LedgerDisagrees(IntegrityViolation):

@@ -38,6 +38,11 @@ class Subject:
         return f"{self.type}:{self.id}"
 
 
+LEDGER_WATERMARK = Subject("recovery.ledger", "watermark")
+"""The ledger as a whole: an incident on it (the database is behind its anchors, rolled
+back or restored from an older backup) stops every new effect, whatever its subject."""
+
+
 @dataclass(frozen=True)
 class SubjectType:
     """What the host application tells the recovery core about one kind of subject.

@@ -26,7 +26,7 @@ from .anchors import AnchorIndex, AnchorRecord
 from .chain import Verification
 from .db import dialect
 from .models import AnchorMark, Checkpoint
-from .subjects import Subject
+from .subjects import LEDGER_WATERMARK, Subject
 
 __all__ = [
     "ANCHOR_STORE",
@@ -36,7 +36,7 @@ __all__ = [
     "subject_compare",
 ]
 
-LEDGER = Subject("recovery.ledger", "watermark")
+LEDGER = LEDGER_WATERMARK
 """The subject of an incident on the whole ledger: the database is behind its anchors."""
 
 ANCHOR_STORE = Subject("recovery.anchors", "store")

@@ -41,6 +41,7 @@ from ..errors import (
 from ..keys import operation_key
 from ..models import IntegrityIncident, Operation
 from ..states import INITIAL, TERMINAL, OperationState, RecoveryMode, can_transition
+from ..subjects import LEDGER_WATERMARK as LEDGER_WIDE
 from ..subjects import Subject
 from .leases import Fence, fence_condition
 
@@ -175,7 +176,8 @@ def operation_record(
                 "chain_seq, recorded_at, updated_at) "
                 "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
                 f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
-                "WHERE subject_type = %s AND subject_id = %s AND status = 'open') "
+                "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
+                "(subject_type = %s AND subject_id = %s))) "
                 f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
                 f"({', '.join('%s' for _ in _BLOCKING)}))",
                 [
@@ -198,6 +200,8 @@ def operation_record(
                     *fenced_params,
                     subject.type,
                     subject.id,
+                    LEDGER_WIDE.type,
+                    LEDGER_WIDE.id,
                     idempotency_fp,
                     *_BLOCKING,
                 ],
@@ -239,16 +243,21 @@ def _why_not_recorded(cursor, key, subject, idempotency_fp, fence) -> Exception:
     cursor.execute(f"SELECT 1 FROM {_OP} WHERE key = %s", [key])
     if cursor.fetchone() is not None:
         return _exists(key)
-    cursor.execute(
-        f"SELECT id FROM {_INC} WHERE subject_type = %s AND subject_id = %s AND status = 'open'",
-        [subject.type, subject.id],
-    )
-    incident = cursor.fetchone()
-    if incident is not None:
-        return IntegrityIncidentOpen(
-            f"{subject} has an open integrity incident (#{incident[0]}); no new effect is "
-            "dispatched for it until the incident is resolved. Nothing was recorded."
+    for blocked in (subject, LEDGER_WIDE):
+        cursor.execute(
+            f"SELECT id FROM {_INC} WHERE subject_type = %s AND subject_id = %s "
+            "AND status = 'open'",
+            [blocked.type, blocked.id],
         )
+        incident = cursor.fetchone()
+        if incident is not None:
+            whose = "" if blocked == subject else " on the whole ledger (rolled back or restored)"
+            return IntegrityIncidentOpen(
+                f"{subject} cannot dispatch: integrity incident #{incident[0]} is open{whose}; "
+                "no new effect is dispatched until it is resolved. Nothing was recorded.",
+                incident_id=incident[0],
+                ledger_wide=blocked != subject,
+            )
     cursor.execute(
         f"SELECT key, state FROM {_OP} WHERE idempotency_fp = %s AND state IN "
         f"({', '.join('%s' for _ in _BLOCKING)}) ORDER BY id DESC",

@@ -265,6 +265,20 @@ def test_the_ledger_itself_refuses_to_record_during_an_incident():
     assert Operation.objects.count() == 1
 
 
+def test_a_restored_ledger_stops_every_new_effect_whatever_its_subject():
+    s = new_subject()
+    fence = live_fence(s)
+    record(s, fence)
+    ledger = api.Subject("recovery.ledger", "watermark")
+    api.incident_report(subject=ledger, reason="the database is behind its anchors")
+    with pytest.raises(api.IntegrityIncidentOpen, match="on the whole ledger"):
+        record(s, fence)
+    instance = drive(start(linear(action("a"))))
+    assert instance.status == InstanceStatus.BLOCKED
+    assert effects.call_count("alpha.write") == 0
+    assert Operation.objects.count() == 1
+
+
 def test_the_ledger_refuses_a_new_operation_while_the_effect_is_unsettled():
     s = new_subject()
     fence = live_fence(s)

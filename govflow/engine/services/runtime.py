@@ -542,10 +542,10 @@ def kept_note(run: Run) -> str:
     return KEPT_NOTE if kept.exists() else ""
 
 
-def incident_message(incident_id: int, detail: str = "") -> str:
+def incident_message(incident_id: int, detail: str = "", *, where: str = "on this instance") -> str:
     """What an operator reads on an instance stopped by an integrity incident."""
     return (
-        f"{INTEGRITY_BLOCK}{incident_id} is open on this instance"
+        f"{INTEGRITY_BLOCK}{incident_id} is open {where}"
         f"{f' ({detail})' if detail else ''}. No new effect is dispatched and no step "
         "moves until it is resolved: once the cause is repaired, one person requests the "
         "resolution and a second approves it (Recovery ledger → Integrity incidents)."
@@ -702,8 +702,13 @@ def integrity_stop_message(run: Run, exc: IntegrityViolation) -> str:
 
     Outside any transaction: the incident must outlive the refused commit.
     """
-    from recovery.api import ChainBroken
+    from recovery.api import ChainBroken, IntegrityIncidentOpen
 
+    if isinstance(exc, IntegrityIncidentOpen) and exc.incident_id is not None:
+        # Stopped by an incident that is already open (the instance's own, or the whole
+        # ledger's): nothing new was found here, so no second incident is opened.
+        where = "on the whole ledger" if exc.ledger_wide else "on this instance"
+        return incident_message(exc.incident_id, str(exc)[:600], where=where)
     if isinstance(exc, ChainBroken):
         incident = incident_open(verification=exc.result)
     else:
