@@ -298,9 +298,14 @@ def test_a_database_restored_from_an_older_backup_is_an_incident(anchor_path, ca
     assert anchor_path.read_bytes() == before
     assert f"Not anchored: checkpoint {newest}, the newest when anchored" in caplog.text
 
-    # New work after the restore takes the lost ids again: still not the anchored ones.
-    while Checkpoint.objects.order_by("-id").first().pk < newest:
+    # No new effect is dispatched while the whole ledger's incident is open.
+    with pytest.raises(api.IntegrityIncidentOpen, match="on the whole ledger"):
         make_subject("succeeded")
+    # Facts that are not effects still take the lost ids again: not the anchored ones.
+    while Checkpoint.objects.order_by("-id").first().pk < newest:
+        api.projection_record(
+            subject=new_subject(), projection_fp=api.projection_fingerprint({"after": "restore"})
+        )
     result = api.subject_verify(subject=api.LEDGER)[0]
     assert result.reason.startswith(
         f"checkpoint {newest} is not the one anchored at {anchored.at} (anchor record #2): "
