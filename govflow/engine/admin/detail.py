@@ -11,8 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.api import DecisionState, IncidentStatus, RecoveryError, Subject, chain_verify
-from recovery.models import Decision, IntegrityIncident, Operation
+from recovery.api import (
+    DecisionState,
+    IncidentStatus,
+    RecoveryError,
+    Subject,
+    chain_verify,
+    decision_evidence,
+    decisions_of,
+    incidents_of,
+    operations_of,
+)
 
 from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
 from ..migration_forms import MigrationRejectForm, MigrationRequestForm
@@ -42,11 +51,6 @@ def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
     return registry.get(node_of(instance, token).get("action", ""))
 
 
-def operations_of(instance: Instance):
-    subject = subject_of(instance)
-    return Operation.objects.filter(subject_type=subject.type, subject_id=subject.id)
-
-
 @dataclass
 class StepRow:
     token: Token
@@ -56,12 +60,12 @@ class StepRow:
     approval_permission: str = ""
     approval_form: ApprovalForm | None = None
     handoff_form: HandoffRequestForm | None = None
-    open_decision: Decision | None = None
+    open_decision: Any = None  # a recovery decision awaiting approval
 
 
 @dataclass
 class DecisionRow:
-    decision: Decision
+    decision: Any  # a recovery decision, as recovery.api.decisions_of reads it
     evidence: list = field(default_factory=list)
     reject_form: RejectDecisionForm | None = None
 
@@ -138,7 +142,7 @@ def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
     may_decide = request.user.has_perm(APPROVE)
     rows = []
     for decision in decisions:
-        row = DecisionRow(decision=decision, evidence=list(decision.evidence.all()))
+        row = DecisionRow(decision=decision, evidence=decision_evidence(decision))
         if may_decide and decision.state == DecisionState.REQUESTED:
             row.reject_form = bound.get(("reject", decision.pk)) or RejectDecisionForm(
                 auto_id=f"id_reject_{decision.pk}_%s"
@@ -152,24 +156,15 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
     user = request.user
     subject = subject_of(instance)
     tokens = list(instance.tokens.order_by("ordinal"))
-    operations = list(operations_of(instance).order_by("recorded_at", "pk"))
-    decisions = list(
-        Decision.objects.filter(operation__in=[op.pk for op in operations])
-        .select_related("operation", "requested_by", "decided_by")
-        .prefetch_related("evidence")
-        .order_by("requested_at", "pk")
-    )
+    operations = list(operations_of(subject))
+    decisions = list(decisions_of(subject))
     open_by_key = {d.operation.key: d for d in decisions if d.state == DecisionState.REQUESTED}
     try:
         verification, verify_error = chain_verify(subject), ""
     except RecoveryError as exc:  # e.g. chain keys missing from settings
         verification, verify_error = None, str(exc)
     active = instance.status not in TERMINAL_STATUSES
-    integrity = list(
-        IntegrityIncident.objects.filter(subject_type=subject.type, subject_id=subject.id).order_by(
-            "-detected_at", "-pk"
-        )
-    )
+    integrity = list(incidents_of(subject))
     # Rationales and evidence are the recovery desk's records: shown to its users only.
     see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
     return {

@@ -20,8 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.text import Truncator
 
-from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
-from recovery.models import Decision
+from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError, decision_get
 
 from ..forms import (
     ApprovalForm,
@@ -217,11 +216,8 @@ class InstanceAdmin(ReadOnlyAdmin):
             raise Http404(f"Instance {instance.pk} has no step {token_id}.")
         return token
 
-    def _decision(self, instance: Instance, decision_id: int) -> Decision:
-        subject = subject_of(instance)
-        decision = Decision.objects.filter(
-            pk=decision_id, operation__subject_type=subject.type, operation__subject_id=subject.id
-        ).first()
+    def _decision(self, instance: Instance, decision_id: int):
+        decision = decision_get(decision_id=decision_id, subject=subject_of(instance))
         if decision is None:
             raise Http404(f"Instance {instance.pk} has no decision {decision_id}.")
         return decision

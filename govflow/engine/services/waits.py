@@ -8,11 +8,11 @@ from recovery.api import (
     ChainBroken,
     DecisionKind,
     decision_approve,
+    decision_get,
     decision_reject,
     decision_request,
     incident_open,
 )
-from recovery.models import Decision
 
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, payload_max_bytes
@@ -95,7 +95,7 @@ def _uncertain_token(run, operation_key: str) -> Token:
 
 def handoff_request(
     *, instance_id: int, token_id: int, kind: str, rationale: str, actor, evidence=(), checks=None
-) -> Decision:
+) -> Any:
     """Ask for a decision on an ``outcome_unknown`` step; the action's checks must be answered."""
     if actor is None or not actor.has_perm("engine.operate_instance"):
         raise NotPermitted(
@@ -121,14 +121,14 @@ def handoff_request(
     )
 
 
-def handoff_approve(*, decision_id: int, actor) -> Decision:
+def handoff_approve(*, decision_id: int, actor) -> Any:
     """Approve a decision and move the step, in one commit.
 
     *Effect confirmed* completes the step without calling the provider again; *effect
     absent* marks it failed with a deliberate retry available (new operation key, same
     idempotency key); *cancel* cancels the instance.
     """
-    decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
+    decision = decision_get(decision_id=decision_id)
     if decision is None:
         raise InvalidRequest(f"No decision has id {decision_id}.")
     instance_id = int(decision.operation.subject_id)
@@ -176,6 +176,6 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
     return approved
 
 
-def handoff_reject(*, decision_id: int, actor, note: str) -> Decision:
+def handoff_reject(*, decision_id: int, actor, note: str) -> Any:
     """Reject a requested decision; the step keeps waiting for a decision."""
     return decision_reject(decision_id=decision_id, rejected_by=actor, note=note)
