@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from govflow.engine.errors import EngineConflict, IntegrityStop, InvalidRequest
 from govflow.engine.models import Token, TokenState, WaitKind
-from govflow.engine.services.waits import approval_decide
+from govflow.handoffs.services.desk import approval_decide
 
 from ._demo import instance_or_error, user_or_error
 

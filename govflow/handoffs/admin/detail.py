@@ -11,11 +11,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from govflow.engine.admin.base import pretty_json
+from govflow.engine.models import (
+    ContractMigration,
+    Instance,
+    MigrationState,
+    Token,
+    TokenState,
+    WaitKind,
+)
+from govflow.engine.registry import ActionDefinition, registry
+from govflow.engine.selectors import (
+    contract_migrations_of,
+    engine_incidents_of,
+    instance_is_active,
+    instance_steps,
+    instance_subject,
+    node_of,
+)
+from govflow.engine.services.contract_migrations import MIGRATE, migration_candidates
 from recovery.api import (
     DecisionState,
     IncidentStatus,
     RecoveryError,
-    Subject,
     chain_verify,
     decision_evidence,
     decisions_of,
@@ -23,32 +41,19 @@ from recovery.api import (
     operations_of,
 )
 
-from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
-from ..migration_forms import MigrationRejectForm, MigrationRequestForm
-from ..models import ContractMigration, Instance, MigrationState, Token, TokenState, WaitKind
-from ..registry import ActionDefinition, registry
-from ..services.contract_migrations import MIGRATE, migration_candidates
-from ..services.definitions import trusted_spec
-from ..services.runtime import TERMINAL_STATUSES
-from ..services.steps import SUBJECT_TYPE
-from .base import pretty_json
+from ..forms import (
+    ApprovalForm,
+    CancelForm,
+    HandoffRequestForm,
+    MigrationRejectForm,
+    MigrationRequestForm,
+    RejectDecisionForm,
+)
 
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
 APPROVE = "recovery.approve_decision"
 VIEW_INTEGRITY = "recovery.view_integrityincident"
-
-
-def subject_of(instance: Instance) -> Subject:
-    return Subject(SUBJECT_TYPE, str(instance.pk))
-
-
-def node_of(instance: Instance, token: Token) -> dict[str, Any]:
-    return dict(trusted_spec(instance.definition).nodes.get(token.node_id, {}))
-
-
-def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
-    return registry.get(node_of(instance, token).get("action", ""))
 
 
 @dataclass
@@ -112,11 +117,7 @@ class MigrationRow:
 def _contract_context(request, instance: Instance, active: bool, bound) -> dict[str, Any]:
     """The actions a provider changed under this instance, and their migrations."""
     user = request.user
-    migrations = list(
-        instance.contract_migrations.select_related("requested_by", "decided_by").order_by(
-            "requested_at", "pk"
-        )
-    )
+    migrations = list(contract_migrations_of(instance))
     open_by_action = {m.action: m for m in migrations if m.state == MigrationState.REQUESTED}
     changes = []
     for action, change in migration_candidates(instance) if active else []:
@@ -154,8 +155,8 @@ def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
 def detail_context(request, instance: Instance, bound: dict | None = None) -> dict[str, Any]:
     bound = bound or {}
     user = request.user
-    subject = subject_of(instance)
-    tokens = list(instance.tokens.order_by("ordinal"))
+    subject = instance_subject(instance.pk)
+    tokens = list(instance_steps(instance))
     operations = list(operations_of(subject))
     decisions = list(decisions_of(subject))
     open_by_key = {d.operation.key: d for d in decisions if d.state == DecisionState.REQUESTED}
@@ -163,7 +164,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         verification, verify_error = chain_verify(subject), ""
     except RecoveryError as exc:  # e.g. chain keys missing from settings
         verification, verify_error = None, str(exc)
-    active = instance.status not in TERMINAL_STATUSES
+    active = instance_is_active(instance)
     integrity = list(incidents_of(subject))
     # Rationales and evidence are the recovery desk's records: shown to its users only.
     see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
@@ -177,7 +178,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "see_decisions": see_decisions,
         "verification": verification,
         "verify_error": verify_error,
-        "engine_incidents": list(instance.incidents.order_by("-created_at", "-pk")),
+        "engine_incidents": list(engine_incidents_of(instance)),
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
         "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),

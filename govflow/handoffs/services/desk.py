@@ -1,9 +1,24 @@
-"""Human approvals, external tasks, and decisions on uncertain steps."""
+"""The handoff desk: human approvals, external tasks, and decisions on uncertain steps.
+
+Each is a place where the engine waits for someone. These services record what that
+someone did and move the step, under the instance's lease, in one commit. (Before the
+handoffs app this module was ``govflow.handoffs.services.desk``.)
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
+from govflow.engine.limits import admit_json, admit_text, payload_max_bytes
+from govflow.engine.models import InstanceStatus, Token, TokenState, WaitKind
+from govflow.engine.queue import enqueue_advance
+from govflow.engine.registry import registry
+from govflow.engine.selectors import step_get
+from govflow.engine.services.definitions import spec_of
+from govflow.engine.services.instances import InstanceHeld
+from govflow.engine.services.routing import Router
+from govflow.engine.services.runtime import leave_or_block
 from recovery.api import (
     ChainBroken,
     DecisionKind,
@@ -13,15 +28,6 @@ from recovery.api import (
     decision_request,
     incident_open,
 )
-
-from ..errors import EngineConflict, InvalidRequest, NotPermitted
-from ..limits import admit_json, admit_text, payload_max_bytes
-from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..queue import enqueue_advance
-from ..registry import registry
-from .instances import _Held
-from .routing import Router
-from .runtime import leave_or_block
 
 __all__ = [
     "approval_decide",
@@ -54,7 +60,7 @@ def approval_decide(
 ) -> None:
     """Record a human approval; the node's permission is checked against ``actor``."""
     note = admit_text(str(note)[:1000], name="note", max_length=1000, required=False)
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         token = _waiting(run, token_id, WaitKind.APPROVAL)
         permission = run.spec.nodes[token.node_id]["permission"]
         if not actor.has_perm(permission):
@@ -75,7 +81,7 @@ def external_complete(
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
     admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         _release(run, _waiting(run, token_id, WaitKind.EXTERNAL), payload)
 
 
@@ -102,11 +108,9 @@ def handoff_request(
             f"{actor} may not ask for decisions on steps: the permission "
             "'engine.operate_instance' is required."
         )
-    token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
+    token = step_get(instance_id=instance_id, token_id=token_id)
     if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
         raise EngineConflict("Only a step whose outcome is unknown takes a decision.")
-    from .definitions import spec_of
-
     node = spec_of(token.instance.definition).nodes[token.node_id]
     action = registry.get(node.get("action", ""))
     required = [c.id for c in action.checks] if action else []
@@ -132,7 +136,7 @@ def handoff_approve(*, decision_id: int, actor) -> Any:
     if decision is None:
         raise InvalidRequest(f"No decision has id {decision_id}.")
     instance_id = int(decision.operation.subject_id)
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         token = _uncertain_token(run, decision.operation.key)
         try:
             with run.commit():
