@@ -20,6 +20,7 @@ from .models import (
     Instance,
     Token,
     TokenState,
+    WaitKind,
 )
 from .projection import SUBJECT_TYPE
 from .registry import ActionDefinition, registry
@@ -28,6 +29,8 @@ from .services.runtime import TERMINAL_STATUSES
 
 __all__ = [
     "TERMINAL_STATUSES",
+    "TokenState",
+    "WaitKind",
     "action_of",
     "contract_migrations_of",
     "definitions_published",

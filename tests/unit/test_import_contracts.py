@@ -24,6 +24,7 @@ CONTRACTS = {
     "recovery-one-door": "govflow reaches recovery through recovery.api only",
     "engine-core-below": "the engine does not import the apps built on it",
     "demo-unimported": "nothing imports the demo",
+    "demo-public-surface": "the demo uses only the engine's provider, services and selectors",
 }
 
 # contract id -> (module written into the copy, its text)
@@ -32,6 +33,10 @@ PLANTED = {
     "recovery-one-door": ("govflow/engine/planted.py", "from recovery.models import Operation\n"),
     "engine-core-below": ("govflow/engine/planted.py", "from govflow.handoffs import apps\n"),
     "demo-unimported": ("govflow/handoffs/planted.py", "from govflow.demo import sample\n"),
+    "demo-public-surface": (
+        "govflow/demo/planted.py",
+        "from govflow.engine.models import Instance\n",
+    ),
 }
 
 
