@@ -21,6 +21,7 @@ from recovery.api import (
     projection_record,
 )
 
+from ..conf import operator_lease_ttl
 from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
@@ -152,7 +153,9 @@ class InstanceHeld:
     def __enter__(self) -> Run:
         try:
             self.fence = lease_acquire(
-                key=instance_lease_key(self.instance_id), holder=self.holder, ttl=30
+                key=instance_lease_key(self.instance_id),
+                holder=self.holder,
+                ttl=operator_lease_ttl(),
             )
         except LeaseHeld:
             raise EngineConflict(
