@@ -93,3 +93,18 @@ def test_a_planted_violation_breaks_its_contract_and_only_it(tmp_path, contract_
     assert verdicts.pop(contract_id) == "BROKEN", output
     assert set(verdicts.values()) == {"KEPT"}, output
     assert path.removesuffix(".py").replace("/", ".") in output, "the report names the importer"
+
+
+def test_the_architecture_page_shows_the_import_graph_as_it_is():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "import_graph.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert f"```\n{done.stdout}```" in page, (
+        "docs/architecture.md's import graph is out of date: paste the output of "
+        "`python scripts/import_graph.py` into its block"
+    )
