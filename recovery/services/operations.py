@@ -115,13 +115,47 @@ def operation_record(
     :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
     ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`).
     """
-    for name, value in (
-        ("definition_fp", definition_fp),
-        ("input_fp", input_fp),
-        ("preview_fp", preview_fp),
-        ("access_fp", access_fp),
-        ("idempotency_fp", idempotency_fp),
-    ):
+    fps = {
+        "definition_fp": definition_fp,
+        "input_fp": input_fp,
+        "preview_fp": preview_fp,
+        "access_fp": access_fp,
+        "idempotency_fp": idempotency_fp,
+    }
+    _check_record(fps, recovery_mode, state, ordinal)
+    state, recovery_mode = str(state), str(recovery_mode)
+    key = operation_key(
+        definition_fp=definition_fp,
+        step_id=step_id,
+        action=action,
+        input_fp=input_fp,
+        nonce=nonce,
+        compensation=compensation,
+    )
+    row = {"step_id": step_id, "action": action, "recovery_mode": recovery_mode, **fps}
+    with atomic(), connection.cursor() as cursor:
+        head = chain.read_head(cursor, subject)
+        seq = head.seq + 1
+        _insert(cursor, key, subject, row, fence=fence, ordinal=ordinal, state=state, seq=seq)
+        fact = {
+            "operation": key,
+            "state": state,
+            "revision": 1,
+            "step": step_id,
+            "action": action,
+            "mode": recovery_mode,
+            **fps,
+            "result_fp": "",
+            "lease": fence.key,
+            "fence": fence.fence,
+            "ordinal": ordinal,
+        }
+        chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
+    return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+
+
+def _check_record(fps: dict[str, str], recovery_mode: str, state: str, ordinal: int) -> None:
+    for name, value in fps.items():
         _require_fp(name, value)
     if recovery_mode not in RecoveryMode.values:
         raise RecoveryValidationError(
@@ -133,81 +167,59 @@ def operation_record(
         )
     if not isinstance(ordinal, int) or ordinal < 0:
         raise RecoveryValidationError("ordinal must be a non-negative integer.")
-    state, recovery_mode = str(state), str(recovery_mode)
-    key = operation_key(
-        definition_fp=definition_fp,
-        step_id=step_id,
-        action=action,
-        input_fp=input_fp,
-        nonce=nonce,
-        compensation=compensation,
-    )
+
+
+_RECORDED = (
+    "step_id",
+    "action",
+    "recovery_mode",
+    "definition_fp",
+    "input_fp",
+    "preview_fp",
+    "access_fp",
+    "idempotency_fp",
+)
+
+
+def _insert(cursor, key: str, subject: Subject, row: dict, *, fence, ordinal, state, seq) -> None:
+    """The dispatch write: one INSERT, conditional on the fence, no open incident and no
+    earlier operation of the same effect that blocks a new one (internal)."""
     d = dialect()
     fenced_sql, fenced_params = fence_condition(fence)
-    with atomic(), connection.cursor() as cursor:
-        head = chain.read_head(cursor, subject)
-        seq = head.seq + 1
-        try:
-            cursor.execute(
-                f"INSERT INTO {_OP} (key, subject_type, subject_id, step_id, action, "
-                "recovery_mode, definition_fp, input_fp, preview_fp, access_fp, "
-                "idempotency_fp, result_fp, lease_key, fence, ordinal, state, revision, "
-                "chain_seq, recorded_at, updated_at) "
-                "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
-                f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
-                "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
-                "(subject_type = %s AND subject_id = %s))) "
-                f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
-                f"({', '.join('%s' for _ in _BLOCKING)}))",
-                [
-                    key,
-                    subject.type,
-                    subject.id,
-                    step_id,
-                    action,
-                    recovery_mode,
-                    definition_fp,
-                    input_fp,
-                    preview_fp,
-                    access_fp,
-                    idempotency_fp,
-                    fence.key,
-                    fence.fence,
-                    ordinal,
-                    state,
-                    seq,
-                    *fenced_params,
-                    subject.type,
-                    subject.id,
-                    LEDGER_WIDE.type,
-                    LEDGER_WIDE.id,
-                    idempotency_fp,
-                    *_BLOCKING,
-                ],
-            )
-        except IntegrityError as exc:
-            raise _exists(key) from exc
-        if cursor.rowcount != 1:
-            raise _why_not_recorded(cursor, key, subject, idempotency_fp, fence)
-        fact = {
-            "operation": key,
-            "state": state,
-            "revision": 1,
-            "step": step_id,
-            "action": action,
-            "mode": recovery_mode,
-            "definition_fp": definition_fp,
-            "input_fp": input_fp,
-            "preview_fp": preview_fp,
-            "access_fp": access_fp,
-            "idempotency_fp": idempotency_fp,
-            "result_fp": "",
-            "lease": fence.key,
-            "fence": fence.fence,
-            "ordinal": ordinal,
-        }
-        chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
-    return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+    try:
+        cursor.execute(
+            f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
+            "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
+            "updated_at) "
+            "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
+            f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
+            "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
+            "(subject_type = %s AND subject_id = %s))) "
+            f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
+            f"({', '.join('%s' for _ in _BLOCKING)}))",
+            [
+                key,
+                subject.type,
+                subject.id,
+                *(row[column] for column in _RECORDED),
+                fence.key,
+                fence.fence,
+                ordinal,
+                state,
+                seq,
+                *fenced_params,
+                subject.type,
+                subject.id,
+                LEDGER_WIDE.type,
+                LEDGER_WIDE.id,
+                row["idempotency_fp"],
+                *_BLOCKING,
+            ],
+        )
+    except IntegrityError as exc:
+        raise _exists(key) from exc
+    if cursor.rowcount != 1:
+        raise _why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
 
 
 def _exists(key: str) -> OperationExists:
