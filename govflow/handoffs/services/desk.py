@@ -2,7 +2,7 @@
 
 Each is a place where the engine waits for someone. These services record what that
 someone did and move the step, under the instance's lease, in one commit. (Before the
-handoffs app this module was ``govflow.handoffs.services.desk``.)
+handoffs app this module was ``govflow/engine/services/waits.py``.)
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def _waiting(run, token_id: int, kind: str) -> Token:
     return token
 
 
-def _release(run, token: Token, payload: dict[str, Any]) -> None:
+def _release_waiting(run, token: Token, payload: dict[str, Any]) -> None:
+    """Make a waiting step ready with what it waited for, in one commit, and queue the run."""
     with run.commit():
         run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
         run.flush(Router(run))
@@ -67,7 +68,7 @@ def approval_decide(
             raise NotPermitted(
                 f"{actor} may not decide '{token.node_id}': it needs the permission {permission!r}."
             )
-        _release(
+        _release_waiting(
             run,
             token,
             {"approved": bool(approved), "by": actor.get_username(), "note": note},
@@ -82,7 +83,7 @@ def external_complete(
         raise InvalidRequest("payload must be a JSON object.")
     admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
     with InstanceHeld(instance_id, actor) as run:
-        _release(run, _waiting(run, token_id, WaitKind.EXTERNAL), payload)
+        _release_waiting(run, _waiting(run, token_id, WaitKind.EXTERNAL), payload)
 
 
 def _uncertain_token(run, operation_key: str) -> Token:
