@@ -69,7 +69,6 @@ def _timing_problems(conf) -> list[checks.CheckMessage]:
     for longer, shorter in (
         (conf.LEASE_TTL, conf.SWEEP_TICK),
         (conf.SWEEP_LEASE_TTL, conf.SWEEP_TICK),
-        (conf.SWEEP_LEASE_TTL, conf.SWEEP_FULL_EVERY),
     ):
         if longer.value() <= shorter.value():
             found.append(

@@ -72,11 +72,24 @@ def test_an_instance_lease_shorter_than_the_sweep_interval_is_an_error():
 
 
 def test_a_sweeper_lease_that_runs_out_between_passes_is_an_error():
-    with override_settings(GOVFLOW_SWEEP_LEASE_TTL=2, GOVFLOW_SWEEP_FULL_EVERY=5):
+    with override_settings(GOVFLOW_SWEEP_LEASE_TTL=2, GOVFLOW_SWEEP_TICK=2):
         found = check_settings(None)
-    assert ids(found) == ["engine.E004"]
-    assert "GOVFLOW_SWEEP_LEASE_TTL (2 s)" in found[0].msg
-    assert "GOVFLOW_SWEEP_FULL_EVERY (5 s)" in found[0].msg
+    assert ids(found) == ["engine.E004"]  # the instance lease (30 s) is long enough
+    assert "GOVFLOW_SWEEP_LEASE_TTL (2 s) is not longer than GOVFLOW_SWEEP_TICK (2 s)" in (
+        found[0].msg
+    )
+
+
+def test_short_leases_that_outlast_the_sweep_tick_pass_the_check():
+    # The process tests' timings: a full pass of deliveries as often as the lease lasts is
+    # fine, because the sweeper renews its lease after every pass (every tick).
+    with override_settings(
+        GOVFLOW_LEASE_TTL=3,
+        GOVFLOW_SWEEP_LEASE_TTL=2,
+        GOVFLOW_SWEEP_TICK=0.1,
+        GOVFLOW_SWEEP_FULL_EVERY=2,
+    ):
+        assert check_settings(None) == []
 
 
 def test_a_run_budget_past_the_task_timeout_is_a_warning(settings):
