@@ -23,6 +23,7 @@ bench: $(STAMP)  ## ledger and engine-vs-DBOS benchmarks on one durable PostgreS
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) manage.py makemigrations --check --dry-run
 
 format: $(STAMP)
@@ -30,4 +31,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis .import_linter_cache

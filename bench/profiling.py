@@ -16,7 +16,7 @@ AREAS = (
 KEY_FUNCTIONS = (
     ("operations.py", "operation_record"),
     ("operations.py", "operation_observe"),
-    ("operations.py", "verified_head"),
+    ("_ledger.py", "verified_head"),
     ("chain.py", "verify_rows"),
     ("chain.py", "append"),
     ("canonical.py", "canonical_bytes"),

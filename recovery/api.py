@@ -1,6 +1,10 @@
 """The public Python API of the recovery core. Import from here, not from submodules.
 
-See ``docs/recovery.md`` for the model behind it and examples.
+This is the one door: a host application imports ``recovery.api`` and nothing else of
+``recovery`` (an import-linter contract in ``pyproject.toml`` checks it for GovFlow).
+Writes are the services below; reads of the ledger, decisions, incidents, the chain and
+leases are the selectors (:mod:`recovery.selectors`), returning querysets and small
+dataclasses. See ``docs/recovery.md`` for the model behind it and examples.
 """
 
 from .anchors import AnchorIndex, AnchorStore, FileAnchorStore, anchor_store
@@ -48,6 +52,21 @@ from .projections import (
     projection_read,
     projection_record,
     projection_register,
+)
+from .selectors import (
+    LeaseView,
+    checkpoints_of,
+    decision_evidence,
+    decision_get,
+    decisions_of,
+    decisions_open_of,
+    incidents_of,
+    lease_current,
+    lease_is_live,
+    leases_held,
+    leases_live,
+    operation_get,
+    operations_of,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
 from .services.decisions import decision_approve, decision_reject, decision_request
@@ -144,6 +163,7 @@ __all__ = [
     "IntegrityViolation",
     "InvalidTransition",
     "LeaseHeld",
+    "LeaseView",
     "LedgerDisagrees",
     "OperationExists",
     "OperationNotFound",
@@ -169,9 +189,14 @@ __all__ = [
     "can_transition",
     "canonical_bytes",
     "chain_verify",
+    "checkpoints_of",
     "decision_approve",
+    "decision_evidence",
+    "decision_get",
     "decision_reject",
     "decision_request",
+    "decisions_of",
+    "decisions_open_of",
     "fact_append",
     "facts_read",
     "fence_condition",
@@ -190,20 +215,27 @@ __all__ = [
     "incident_resolve_withdraw",
     "incident_reverify",
     "incident_trail",
+    "incidents_of",
     "input_guard",
     "insert_row",
     "joined",
     "lease_acquire",
+    "lease_current",
     "lease_expire",
+    "lease_is_live",
     "lease_release",
     "lease_release_if_held",
     "lease_renew",
+    "leases_held",
+    "leases_live",
     "operation_check_input",
     "operation_dispatch",
+    "operation_get",
     "operation_key",
     "operation_observe",
     "operation_record",
     "operations_for_effect",
+    "operations_of",
     "parse_json",
     "projection_fingerprint",
     "projection_head_sql",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core import checks
 
 
@@ -49,38 +50,87 @@ def check_definitions_pinned(app_configs, **kwargs):
     ]
 
 
-@checks.register()
-def check_input_limits(app_configs, **kwargs):
-    """The engine's input limits are positive integers; the start form fits in a request."""
-    from django.conf import settings
+def _bad_value(setting, raw) -> str:
+    """Why ``raw`` is no value for ``setting``, or ''."""
+    if setting.type is int:
+        ok = type(raw) is int and raw >= 1
+    else:
+        ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0 < raw < float("inf")
+    if ok:
+        return ""
+    unit = {"bytes": "number of bytes", "seconds": "number of seconds"}.get(
+        setting.unit, "whole number"
+    )
+    return f"{setting.name} is {raw!r}; it must be a positive {unit}."
 
-    from .limits import variables_max_bytes
 
+def _timing_problems(conf) -> list[checks.CheckMessage]:
     found = []
-    for name in (
-        "GOVFLOW_DEFINITION_MAX_BYTES",
-        "GOVFLOW_VARIABLES_MAX_BYTES",
-        "GOVFLOW_PAYLOAD_MAX_BYTES",
+    for longer, shorter in (
+        (conf.LEASE_TTL, conf.SWEEP_TICK),
+        (conf.SWEEP_LEASE_TTL, conf.SWEEP_TICK),
     ):
-        raw = getattr(settings, name, None)
-        if raw is not None and (type(raw) is not int or raw < 1):
+        if longer.value() <= shorter.value():
             found.append(
                 checks.Error(
-                    f"{name} is {raw!r}; it must be a positive number of bytes.",
-                    hint="Fix the setting, or remove it for the default.",
-                    id="engine.E001",
+                    f"{longer.name} ({longer.value():g} s) is not longer than {shorter.name} "
+                    f"({shorter.value():g} s): the lease would run out between two passes "
+                    "of the sweep, so its holder loses its authority while it still works.",
+                    hint=f"Raise {longer.name} well above {shorter.name} (the defaults are "
+                    f"{longer.default} s and {shorter.default} s).",
+                    id="engine.E004",
                 )
             )
-    if not found:
-        body = getattr(settings, "DATA_UPLOAD_MAX_MEMORY_SIZE", 2621440)
-        if body is not None and variables_max_bytes() > body:
+    timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
+    for setting in (conf.RUN_BUDGET, conf.SWEEP_DURATION):
+        if isinstance(timeout, (int, float)) and setting.value() >= timeout:
             found.append(
                 checks.Warning(
-                    f"GOVFLOW_VARIABLES_MAX_BYTES ({variables_max_bytes()}) is larger than "
-                    f"DATA_UPLOAD_MAX_MEMORY_SIZE ({body}): Django refuses such a start form "
-                    "with a bare 400 before GovFlow can say why.",
-                    hint="Raise DATA_UPLOAD_MAX_MEMORY_SIZE above the variables limit.",
-                    id="engine.W003",
+                    f"{setting.name} ({setting.value():g} s) is not below django-q2's "
+                    f"timeout ({timeout} s): the task is killed before it ends.",
+                    hint=f"Keep {setting.name} well below Q_CLUSTER['timeout'].",
+                    id="engine.W004",
                 )
             )
+    return found
+
+
+@checks.register()
+def check_settings(app_configs, **kwargs):
+    """Every GOVFLOW_* setting has a value of its type and range, and they fit together.
+
+    engine.E001: an input limit is not a positive whole number of bytes; engine.E003: any
+    other setting is not a positive number; engine.E004: a lease is not longer than the
+    sweep's interval; engine.W003: the start form's variables limit is above Django's
+    request body limit; engine.W004: a run or sweep task outlasts django-q2's timeout.
+    """
+    from . import conf
+
+    found = []
+    for setting in conf.SETTINGS:
+        raw = getattr(settings, setting.name, None)
+        problem = "" if raw is None else _bad_value(setting, raw)
+        if problem:
+            found.append(
+                checks.Error(
+                    problem,
+                    hint="Fix the setting, or remove it for the default "
+                    f"({setting.shown_default().replace('`', '')}).",
+                    id="engine.E001" if setting.unit == "bytes" else "engine.E003",
+                )
+            )
+    if found:
+        return found
+    found += _timing_problems(conf)
+    body = getattr(settings, "DATA_UPLOAD_MAX_MEMORY_SIZE", 2621440)
+    if body is not None and conf.variables_max_bytes() > body:
+        found.append(
+            checks.Warning(
+                f"GOVFLOW_VARIABLES_MAX_BYTES ({conf.variables_max_bytes()}) is larger than "
+                f"DATA_UPLOAD_MAX_MEMORY_SIZE ({body}): Django refuses such a start form "
+                "with a bare 400 before GovFlow can say why.",
+                hint="Raise DATA_UPLOAD_MAX_MEMORY_SIZE above the variables limit.",
+                id="engine.W003",
+            )
+        )
     return found

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
 from recovery.api import CanonicalError, input_guard
 
+from .conf import definition_max_bytes, payload_max_bytes, variables_max_bytes
 from .errors import InvalidRequest
 
 __all__ = [
@@ -25,21 +24,6 @@ __all__ = [
     "payload_max_bytes",
     "variables_max_bytes",
 ]
-
-
-def definition_max_bytes() -> int:
-    """``GOVFLOW_DEFINITION_MAX_BYTES``: a definition file, and its canonical bytes."""
-    return int(getattr(settings, "GOVFLOW_DEFINITION_MAX_BYTES", 1024 * 1024))
-
-
-def variables_max_bytes() -> int:
-    """``GOVFLOW_VARIABLES_MAX_BYTES``: the variables an instance starts with."""
-    return int(getattr(settings, "GOVFLOW_VARIABLES_MAX_BYTES", 256 * 1024))
-
-
-def payload_max_bytes() -> int:
-    """``GOVFLOW_PAYLOAD_MAX_BYTES``: a trigger message's or an external task's payload."""
-    return int(getattr(settings, "GOVFLOW_PAYLOAD_MAX_BYTES", 256 * 1024))
 
 
 def admit_json(value: Any, *, what: str, max_bytes: int) -> bytes:

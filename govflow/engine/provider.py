@@ -11,8 +11,13 @@ Example (in your app's ``apps.py``)::
             from govflow.engine import provider
             from . import actions
             provider.register(actions.register_application)
+
+A provider's own tools (management commands, views) call the engine's services and read
+through ``govflow.engine.selectors``; the errors those raise are exported here too, so
+nothing else of the engine needs importing.
 """
 
+from .errors import EngineConflict, EngineError, IntegrityStop, InvalidRequest
 from .registry import (
     ActionDefinition,
     RegistryError,
@@ -27,7 +32,11 @@ register = registry.register
 __all__ = [
     "ActionContext",
     "ActionDefinition",
+    "EngineConflict",
+    "EngineError",
     "Failed",
+    "IntegrityStop",
+    "InvalidRequest",
     "Pending",
     "RegistryError",
     "RegistryFrozen",

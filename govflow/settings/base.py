@@ -31,6 +31,8 @@ INSTALLED_APPS = [
     # Before django_q: the engine's qcluster command (the sweeper in the cluster's main
     # process, ADR 0005) overrides django-q2's.
     "govflow.engine",
+    # The operator's side, on top of the engine: instance pages, handoffs, decisions.
+    "govflow.handoffs",
     "django_q",
 ]
 

@@ -18,7 +18,7 @@ from ..evidence import EvidenceBatch, storage_path
 from ..models import Decision, EvidenceFile, Operation, evidence_storage
 from ..states import DecisionKind, DecisionState, OperationState
 from ..subjects import Subject
-from .operations import _load, opening_incidents, transition, verified_head
+from ._ledger import load_row, opening_incidents, transition, verified_head
 
 __all__ = ["decision_approve", "decision_reject", "decision_request"]
 
@@ -190,7 +190,7 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
         with connection.cursor() as cursor:
             # The operation may have been resolved since the request (e.g. by a provider
             # reconcile): its fact is final, so this decision must not overwrite it.
-            row = _load(cursor, operation.key)
+            row = load_row(cursor, operation.key)
             allowed, _ = DECIDABLE[decision.kind]
             if row["state"] not in allowed:
                 raise DecisionConflict(

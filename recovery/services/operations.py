@@ -16,7 +16,6 @@ same commit; a refused write rolls back only its savepoint.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,30 +23,38 @@ from django.db import IntegrityError, connection
 
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
-from ..chain import Head
 from ..db import atomic, dialect
 from ..errors import (
-    ChainBroken,
-    ContradictoryObservation,
-    InputFingerprintMismatch,
     IntegrityIncidentOpen,
-    InvalidTransition,
     LedgerDisagrees,
     OperationExists,
-    OperationNotFound,
     RecoveryValidationError,
     StaleFence,
 )
 from ..keys import operation_key
-from ..models import IntegrityIncident, Operation
-from ..states import INITIAL, TERMINAL, OperationState, RecoveryMode, can_transition
+from ..states import INITIAL, OperationState, RecoveryMode
 from ..subjects import LEDGER_WATERMARK as LEDGER_WIDE
 from ..subjects import Subject
+from ._ledger import (
+    INCIDENT_TABLE,
+    OP_TABLE,
+    SUCCESS,
+    RecordedOperation,
+    check_input,
+    check_target,
+    load_row,
+    load_with_subject,
+    opening_incidents,
+    require_live,
+    transition,
+    verified_head,
+)
 from .leases import Fence, fence_condition
 
 __all__ = [
     "EffectOperation",
     "RecordedOperation",
+    "operation_check_input",
     "operation_dispatch",
     "operation_observe",
     "operation_record",
@@ -55,7 +62,6 @@ __all__ = [
 ]
 
 S = OperationState
-SUCCESS = frozenset({S.SUCCEEDED, S.EFFECT_CONFIRMED})
 SETTLED_FOR_A_NEW_ATTEMPT = frozenset({S.PENDING, S.FAILED, S.EFFECT_ABSENT})
 """The states an effect's earlier operations may be in when a new one is recorded for it.
 
@@ -63,36 +69,9 @@ Each poll of a pending provider and each retry is a new operation with the same
 idempotency key; anything else — in flight, of unknown outcome, or succeeded — means a new
 dispatch would guess, and the ledger refuses it (invariant I12)."""
 _BLOCKING = tuple(sorted(str(s) for s in S.values if s not in SETTLED_FOR_A_NEW_ATTEMPT))
-_OP = Operation._meta.db_table
-_INC = IntegrityIncident._meta.db_table
+_OP = OP_TABLE
+_INC = INCIDENT_TABLE
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_ROW = (
-    "id",
-    "key",
-    "subject_type",
-    "subject_id",
-    "state",
-    "revision",
-    "result_fp",
-    "fence",
-    "lease_key",
-    "chain_seq",
-    "input_fp",
-)
-
-
-@dataclass(frozen=True)
-class RecordedOperation:
-    """What the caller needs after a ledger write: where the operation and its chain stand."""
-
-    key: str
-    subject: Subject
-    state: str
-    revision: int
-    chain_seq: int
-    result_fp: str = ""
-    changed: bool = True
-    """False when the call repeated an identical terminal observation (a no-op)."""
 
 
 def _require_fp(name: str, value: str, *, blank: bool = False) -> None:
@@ -136,13 +115,47 @@ def operation_record(
     :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
     ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`).
     """
-    for name, value in (
-        ("definition_fp", definition_fp),
-        ("input_fp", input_fp),
-        ("preview_fp", preview_fp),
-        ("access_fp", access_fp),
-        ("idempotency_fp", idempotency_fp),
-    ):
+    fps = {
+        "definition_fp": definition_fp,
+        "input_fp": input_fp,
+        "preview_fp": preview_fp,
+        "access_fp": access_fp,
+        "idempotency_fp": idempotency_fp,
+    }
+    _check_record(fps, recovery_mode, state, ordinal)
+    state, recovery_mode = str(state), str(recovery_mode)
+    key = operation_key(
+        definition_fp=definition_fp,
+        step_id=step_id,
+        action=action,
+        input_fp=input_fp,
+        nonce=nonce,
+        compensation=compensation,
+    )
+    row = {"step_id": step_id, "action": action, "recovery_mode": recovery_mode, **fps}
+    with atomic(), connection.cursor() as cursor:
+        head = chain.read_head(cursor, subject)
+        seq = head.seq + 1
+        _insert(cursor, key, subject, row, fence=fence, ordinal=ordinal, state=state, seq=seq)
+        fact = {
+            "operation": key,
+            "state": state,
+            "revision": 1,
+            "step": step_id,
+            "action": action,
+            "mode": recovery_mode,
+            **fps,
+            "result_fp": "",
+            "lease": fence.key,
+            "fence": fence.fence,
+            "ordinal": ordinal,
+        }
+        chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
+    return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+
+
+def _check_record(fps: dict[str, str], recovery_mode: str, state: str, ordinal: int) -> None:
+    for name, value in fps.items():
         _require_fp(name, value)
     if recovery_mode not in RecoveryMode.values:
         raise RecoveryValidationError(
@@ -154,81 +167,59 @@ def operation_record(
         )
     if not isinstance(ordinal, int) or ordinal < 0:
         raise RecoveryValidationError("ordinal must be a non-negative integer.")
-    state, recovery_mode = str(state), str(recovery_mode)
-    key = operation_key(
-        definition_fp=definition_fp,
-        step_id=step_id,
-        action=action,
-        input_fp=input_fp,
-        nonce=nonce,
-        compensation=compensation,
-    )
+
+
+_RECORDED = (
+    "step_id",
+    "action",
+    "recovery_mode",
+    "definition_fp",
+    "input_fp",
+    "preview_fp",
+    "access_fp",
+    "idempotency_fp",
+)
+
+
+def _insert(cursor, key: str, subject: Subject, row: dict, *, fence, ordinal, state, seq) -> None:
+    """The dispatch write: one INSERT, conditional on the fence, no open incident and no
+    earlier operation of the same effect that blocks a new one (internal)."""
     d = dialect()
     fenced_sql, fenced_params = fence_condition(fence)
-    with atomic(), connection.cursor() as cursor:
-        head = chain.read_head(cursor, subject)
-        seq = head.seq + 1
-        try:
-            cursor.execute(
-                f"INSERT INTO {_OP} (key, subject_type, subject_id, step_id, action, "
-                "recovery_mode, definition_fp, input_fp, preview_fp, access_fp, "
-                "idempotency_fp, result_fp, lease_key, fence, ordinal, state, revision, "
-                "chain_seq, recorded_at, updated_at) "
-                "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
-                f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
-                "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
-                "(subject_type = %s AND subject_id = %s))) "
-                f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
-                f"({', '.join('%s' for _ in _BLOCKING)}))",
-                [
-                    key,
-                    subject.type,
-                    subject.id,
-                    step_id,
-                    action,
-                    recovery_mode,
-                    definition_fp,
-                    input_fp,
-                    preview_fp,
-                    access_fp,
-                    idempotency_fp,
-                    fence.key,
-                    fence.fence,
-                    ordinal,
-                    state,
-                    seq,
-                    *fenced_params,
-                    subject.type,
-                    subject.id,
-                    LEDGER_WIDE.type,
-                    LEDGER_WIDE.id,
-                    idempotency_fp,
-                    *_BLOCKING,
-                ],
-            )
-        except IntegrityError as exc:
-            raise _exists(key) from exc
-        if cursor.rowcount != 1:
-            raise _why_not_recorded(cursor, key, subject, idempotency_fp, fence)
-        fact = {
-            "operation": key,
-            "state": state,
-            "revision": 1,
-            "step": step_id,
-            "action": action,
-            "mode": recovery_mode,
-            "definition_fp": definition_fp,
-            "input_fp": input_fp,
-            "preview_fp": preview_fp,
-            "access_fp": access_fp,
-            "idempotency_fp": idempotency_fp,
-            "result_fp": "",
-            "lease": fence.key,
-            "fence": fence.fence,
-            "ordinal": ordinal,
-        }
-        chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
-    return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+    try:
+        cursor.execute(
+            f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
+            "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
+            "updated_at) "
+            "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
+            f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
+            "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
+            "(subject_type = %s AND subject_id = %s))) "
+            f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
+            f"({', '.join('%s' for _ in _BLOCKING)}))",
+            [
+                key,
+                subject.type,
+                subject.id,
+                *(row[column] for column in _RECORDED),
+                fence.key,
+                fence.fence,
+                ordinal,
+                state,
+                seq,
+                *fenced_params,
+                subject.type,
+                subject.id,
+                LEDGER_WIDE.type,
+                LEDGER_WIDE.id,
+                row["idempotency_fp"],
+                *_BLOCKING,
+            ],
+        )
+    except IntegrityError as exc:
+        raise _exists(key) from exc
+    if cursor.rowcount != 1:
+        raise _why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
 
 
 def _exists(key: str) -> OperationExists:
@@ -279,169 +270,6 @@ def _why_not_recorded(cursor, key, subject, idempotency_fp, fence) -> Exception:
     )
 
 
-def _load(cursor, key: str) -> dict[str, Any]:
-    cursor.execute(f"SELECT {', '.join(_ROW)} FROM {_OP} WHERE key = %s", [key])
-    row = cursor.fetchone()
-    if row is None:
-        raise OperationNotFound(f"No ledger operation has key {key!r}.")
-    return dict(zip(_ROW, row, strict=True))
-
-
-def _load_with_subject(cursor, key: str) -> tuple[dict[str, Any], list]:
-    """Load the operation and every operation of its subject, in one statement."""
-    columns = ", ".join(f"o.{c}" for c in chain.OP_COLUMNS)
-    extra = ", ".join(f"o.{c}" for c in _ROW)
-    cursor.execute(
-        f"SELECT {columns}, {extra} FROM {_OP} o JOIN {_OP} k "
-        "ON o.subject_type = k.subject_type AND o.subject_id = k.subject_id WHERE k.key = %s",
-        [key],
-    )
-    rows = cursor.fetchall()
-    width = len(chain.OP_COLUMNS)
-    mine = next((r for r in rows if r[0] == key), None)
-    if mine is None:
-        raise OperationNotFound(f"No ledger operation has key {key!r}.")
-    return dict(zip(_ROW, mine[width:], strict=True)), [r[:width] for r in rows]
-
-
-def _check_target(row: dict[str, Any], target: str, result_fp: str) -> bool:
-    """Return False for an idempotent repeat; raise for an impossible or contradictory one."""
-    current = row["state"]
-    if current == target and (current not in TERMINAL or row["result_fp"] == result_fp):
-        return False
-    if current in TERMINAL:
-        raise ContradictoryObservation(
-            f"Operation {row['key']} already ended as {current}"
-            f"{' with a different result' if current == target else ''}; facts never change, so "
-            f"{target} was rejected and nothing was changed. If the effect really differs, "
-            "open an integrity incident."
-        )
-    if not can_transition(current, target):
-        raise InvalidTransition(
-            f"Operation {row['key']} is {current}; it cannot become {target}. "
-            f"Allowed next states: {', '.join(sorted(_next(current))) or 'none'}."
-        )
-    return True
-
-
-def _next(state: str) -> frozenset[str]:
-    from ..states import TRANSITIONS
-
-    return TRANSITIONS.get(state, frozenset())
-
-
-def transition(
-    cursor,
-    row: dict[str, Any],
-    target: str,
-    *,
-    head: Head,
-    kind: str,
-    fact_extra: dict[str, Any],
-    result_fp: str = "",
-    fence: Fence | None = None,
-    projection_fp: str = "",
-) -> RecordedOperation:
-    """Move one loaded operation to ``target`` and append its checkpoint (internal).
-
-    A compare-and-swap on (state, revision), plus the fence when given, plus "no open
-    integrity incident" for a success.
-    """
-    subject = Subject(row["subject_type"], row["subject_id"])
-    target = str(target)
-    if not can_transition(row["state"], target):
-        raise InvalidTransition(
-            f"Operation {row['key']} is {row['state']}; it cannot become {target}. "
-            f"Allowed next states: {', '.join(sorted(_next(row['state']))) or 'none'}."
-        )
-    if fence is not None:
-        _require_own_lease(row, fence)
-    d = dialect()
-    seq = head.seq + 1
-    revision = row["revision"] + 1
-    conditions = ["id = %s", "state = %s", "revision = %s"]
-    params: list[Any] = [target, revision, result_fp, seq, row["id"], row["state"], row["revision"]]
-    if fence is not None:
-        fenced_sql, fenced_params = fence_condition(fence)
-        conditions.append(fenced_sql)
-        params += fenced_params
-    if target in SUCCESS:
-        conditions.append(
-            f"NOT EXISTS (SELECT 1 FROM {_INC} WHERE subject_type = %s AND "
-            "subject_id = %s AND status = 'open')"
-        )
-        params += [subject.type, subject.id]
-    cursor.execute(
-        f"UPDATE {_OP} SET state = %s, revision = %s, result_fp = %s, chain_seq = %s, "
-        f"updated_at = {d.now} WHERE {' AND '.join(conditions)}",
-        params,
-    )
-    if cursor.rowcount != 1:
-        raise _why_not(cursor, row, target, fence, subject)
-    fact = {
-        "operation": row["key"],
-        "state": target,
-        "revision": revision,
-        "result_fp": result_fp,
-        **fact_extra,
-    }
-    chain.append(cursor, subject, head, kind, fact, projection_fp)
-    return RecordedOperation(
-        key=row["key"],
-        subject=subject,
-        state=target,
-        revision=revision,
-        chain_seq=seq,
-        result_fp=result_fp,
-    )
-
-
-def _require_own_lease(row: dict[str, Any], fence: Fence) -> None:
-    if fence.key != row["lease_key"]:
-        raise StaleFence(
-            f"Operation {row['key']} is guarded by lease {row['lease_key']!r}, not "
-            f"{fence.key!r}; a fence proves authority over its own resource only."
-        )
-
-
-def _require_live(cursor, row: dict[str, Any], fence: Fence) -> None:
-    """An idempotent repeat writes nothing, but a stale holder still gets its error."""
-    _require_own_lease(row, fence)
-    sql, params = fence_condition(fence)
-    cursor.execute(f"SELECT {sql}", params)
-    if not cursor.fetchone()[0]:
-        raise StaleFence(
-            f"{fence} is no longer the live lease; nothing was changed for operation {row['key']}."
-        )
-
-
-def _why_not(cursor, row, target, fence, subject) -> Exception:
-    """Explain a conditional write that matched no row (failure path only)."""
-    if (
-        target in SUCCESS
-        and IntegrityIncident.objects.filter(
-            subject_type=subject.type, subject_id=subject.id, status="open"
-        ).exists()
-    ):
-        return IntegrityIncidentOpen(
-            f"{subject} has an open integrity incident; no success can be committed until "
-            "it is resolved: once the cause is repaired, one person requests the resolution "
-            "and a second approves it (the incident's admin page, or manage.py "
-            f"recovery_verify --subject {subject} --resolve --by YOU --rationale TEXT, then "
-            "--approve INCIDENT --by ANOTHER)."
-        )
-    current = _load(cursor, row["key"])
-    if (current["state"], current["revision"]) != (row["state"], row["revision"]):
-        return InvalidTransition(
-            f"Operation {row['key']} changed while this change was being made (now "
-            f"{current['state']}, revision {current['revision']}); nothing was changed."
-        )
-    return StaleFence(
-        f"Cannot move operation {row['key']} to {target}: {fence} is no longer the live "
-        "lease. Nothing was changed; the current holder carries on."
-    )
-
-
 def operation_observe(
     *,
     key: str,
@@ -474,13 +302,13 @@ def operation_observe(
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
     with opening_incidents(), atomic(), connection.cursor() as cursor:
         if state in SUCCESS:
-            row, subject_rows = _load_with_subject(cursor, key)
+            row, subject_rows = load_with_subject(cursor, key)
         else:
-            row, subject_rows = _load(cursor, key), None
+            row, subject_rows = load_row(cursor, key), None
         subject = Subject(row["subject_type"], row["subject_id"])
-        _check_input(row, input_fp)
-        if not _check_target(row, state, result_fp):
-            _require_live(cursor, row, fence)
+        check_input(row, input_fp)
+        if not check_target(row, state, result_fp):
+            require_live(cursor, row, fence)
             return RecordedOperation(
                 key=key,
                 subject=subject,
@@ -507,70 +335,19 @@ def operation_observe(
         )
 
 
-def verified_head(cursor, subject: Subject, subject_rows: list | None = None) -> Head:
-    """Verify the subject's whole chain before a success; return its head (internal).
-
-    Raises :class:`ChainBroken`; :func:`opening_incidents` turns that into an incident.
-    """
-    checkpoints = chain.load_checkpoints(cursor, subject)
-    if subject_rows is None:
-        subject_rows = chain.load_operations(cursor, subject)
-    verification = chain.verify_rows(subject, checkpoints, subject_rows)
-    if not verification.ok:
-        raise ChainBroken(
-            f"Refusing to commit success for {subject}: its checkpoint chain is broken at "
-            f"#{verification.position} ({verification.reason}). An integrity incident records "
-            "it; investigate before anything moves on.",
-            verification,
-        )
-    if not checkpoints:
-        return chain.EMPTY
-    last = checkpoints[-1]
-    return Head(last[0], last[5])
-
-
-@contextmanager
-def opening_incidents():
-    """Open an integrity incident when a success is refused for a broken chain.
-
-    The incident is written after the refused transaction rolled back, so it survives. When
-    the caller holds an outer transaction, that caller must open it (``incident_open``)
-    after its own rollback: nothing written inside a rolled-back transaction survives.
-    """
-    outermost = not connection.in_atomic_block
-    try:
-        yield
-    except ChainBroken as exc:
-        if outermost:
-            from .incidents import incident_open
-
-            incident_open(verification=exc.result)
-        raise
-
-
-def _check_input(row: dict[str, Any], input_fp: str | None) -> None:
-    if input_fp is not None and input_fp != row["input_fp"]:
-        raise InputFingerprintMismatch(
-            f"The input presented for operation {row['key']} is not the input it was "
-            f"recorded with (fingerprint {input_fp[:16]}… ≠ {row['input_fp'][:16]}…). "
-            "Nothing was changed: reconcile with the original input, or treat this as a "
-            "different effect."
-        )
-
-
 def operation_check_input(*, key: str, input: Any) -> None:
     """Fail closed with :class:`InputFingerprintMismatch` unless ``input`` is the recorded one."""
     with connection.cursor() as cursor:
-        row = _load(cursor, key)
-    _check_input(row, fingerprint_value(FingerprintKind.INPUT, input))
+        row = load_row(cursor, key)
+    check_input(row, fingerprint_value(FingerprintKind.INPUT, input))
 
 
 def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
     """Move a ``prepared`` operation across the dispatch boundary (its own commit)."""
     with atomic(), connection.cursor() as cursor:
-        row = _load(cursor, key)
-        if not _check_target(row, S.DISPATCHED, ""):
-            _require_live(cursor, row, fence)
+        row = load_row(cursor, key)
+        if not check_target(row, S.DISPATCHED, ""):
+            require_live(cursor, row, fence)
             return RecordedOperation(
                 key=key,
                 subject=Subject(row["subject_type"], row["subject_id"]),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 try:  # a dev dependency; without it the tests skip (or fail in CI), collection still works
     from selenium import webdriver
-    from selenium.common.exceptions import WebDriverException
+    from selenium.common.exceptions import TimeoutException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -152,7 +152,29 @@ class Browser:
     # -- acting -------------------------------------------------------------------------
 
     def open(self, path: str) -> None:
+        """Load ``path`` and wait until the page has finished loading."""
         self.driver.get(self.base_url + path)
+        self._wait_until(
+            lambda d: d.execute_script("return document.readyState === 'complete';"),
+            f"the page {path} to finish loading",
+        )
+
+    def _wait_until(self, condition, what: str):
+        """Wait for ``condition`` (a callable of the driver) and return its value.
+
+        A busy machine slows the live server and Chromium alike, so the tests wait for
+        what the operator would wait for, never for a fixed time. On a timeout the failure
+        says what was awaited and which page the browser shows.
+        """
+        try:
+            return WebDriverWait(
+                self.driver, WAIT_SECONDS, ignored_exceptions=(WebDriverException,)
+            ).until(condition)
+        except TimeoutException:
+            raise AssertionError(
+                f"waited {WAIT_SECONDS} s for {what}; the browser shows {self.path!r}"
+                f" ({self.driver.title!r})"
+            ) from None
 
     def _field(self, name: str):
         fields = [
@@ -189,7 +211,12 @@ class Browser:
         """Click the submit button labelled ``label`` and wait for the next page."""
         text = xpath_literal(label)
         xpath = f"//input[@type='submit' and @value={text}] | //button[normalize-space()={text}]"
-        self._and_wait(self.driver.find_element(By.XPATH, xpath).click)
+
+        def button(driver):
+            found = driver.find_elements(By.XPATH, xpath)
+            return found[0] if found else False
+
+        self._and_wait(self._wait_until(button, f"a button labelled {label!r}").click)
 
     def follow(self, link: str) -> None:
         """Click the first visible link reading ``link`` and wait for the next page.
@@ -197,10 +224,13 @@ class Browser:
         Matched on the page's text, not the rendered one: the admin's stylesheet shows
         some links in capitals.
         """
-        links = self.driver.find_elements(By.XPATH, f"//a[normalize-space()={xpath_literal(link)}]")
-        shown = [a for a in links if a.is_displayed()]
-        assert shown, f"no visible link reads {link!r}"
-        self._and_wait(shown[0].click)
+        xpath = f"//a[normalize-space()={xpath_literal(link)}]"
+
+        def visible_link(driver):
+            shown = [a for a in driver.find_elements(By.XPATH, xpath) if a.is_displayed()]
+            return shown[0] if shown else False
+
+        self._and_wait(self._wait_until(visible_link, f"a visible link reading {link!r}").click)
 
     def _and_wait(self, act) -> None:
         # The old page is marked and the new one is waited for. Polling an old element for
@@ -208,11 +238,12 @@ class Browser:
         # to the document"), so transient driver errors while the page swaps are ignored.
         self.driver.execute_script("document.documentElement.dataset.leaving = 'yes';")
         act()
-        WebDriverWait(self.driver, WAIT_SECONDS, ignored_exceptions=(WebDriverException,)).until(
+        self._wait_until(
             lambda d: d.execute_script(
                 "return document.readyState === 'complete'"
                 " && document.documentElement.dataset.leaving === undefined;"
-            )
+            ),
+            "the next page to load",
         )
 
     def log_in(self, username: str, password: str) -> None:

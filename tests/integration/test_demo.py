@@ -26,7 +26,7 @@ from govflow.engine.services.instances import instance_start
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import SWEEPER, timers_fire
 from govflow.engine.services.triggers import trigger_deliver
-from govflow.engine.services.waits import approval_decide
+from govflow.handoffs.services.desk import approval_decide
 from recovery import api
 
 pytestmark = pytest.mark.django_db

@@ -22,7 +22,7 @@ from govflow.engine.provider import Pending
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import SWEEPER, timers_fire
 from govflow.engine.services.triggers import trigger_deliver
-from govflow.engine.services.waits import approval_decide, external_complete
+from govflow.handoffs.services.desk import approval_decide, external_complete
 from recovery import api
 from tests.dbclock import db_now
 from tests.engine_helpers import (

@@ -10,7 +10,7 @@ from govflow.engine.provider import Pending
 from govflow.engine.registry import registry
 from govflow.engine.services.instances import instance_cancel, step_retry
 from govflow.engine.services.runtime import instance_lease_key, instance_run
-from govflow.engine.services.waits import handoff_approve, handoff_request
+from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from recovery import api
 from recovery.models import Decision
 from tests.engine_helpers import (

@@ -43,7 +43,7 @@ from govflow.engine.services.contract_migrations import (
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_cancel, instance_start
 from govflow.engine.services.triggers import trigger_deliver
-from govflow.engine.services.waits import (
+from govflow.handoffs.services.desk import (
     approval_decide,
     external_complete,
     handoff_reject,

@@ -18,8 +18,8 @@ from django_q.models import OrmQ
 
 from govflow.engine.models import Incident, InstanceStatus, TokenState
 from govflow.engine.queue import ADVANCE
-from govflow.engine.services.integrity import integrity_incident_resolve_approve
-from govflow.engine.services.waits import approval_decide
+from govflow.handoffs.services.desk import approval_decide
+from govflow.handoffs.services.integrity import integrity_incident_resolve_approve
 from recovery import api
 from recovery.models import Checkpoint, IncidentResolution, IntegrityIncident, Operation
 from recovery.services import resolutions as resolution_service

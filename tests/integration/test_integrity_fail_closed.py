@@ -18,10 +18,10 @@ from govflow.engine.models import Instance, InstanceStatus, KeptAnswer, Token, T
 from govflow.engine.provider import Succeeded
 from govflow.engine.registry import registry
 from govflow.engine.services.instances import step_retry
-from govflow.engine.services.integrity import integrity_incident_resolve_approve
 from govflow.engine.services.sweep import sweep_loop
 from govflow.engine.services.triggers import trigger_deliver
-from govflow.engine.services.waits import approval_decide, handoff_approve, handoff_request
+from govflow.handoffs.services.desk import approval_decide, handoff_approve, handoff_request
+from govflow.handoffs.services.integrity import integrity_incident_resolve_approve
 from recovery import api
 from recovery.models import Decision, IntegrityIncident, Operation
 from recovery.testing import live_fence, new_subject, record

@@ -27,7 +27,7 @@ from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenS
 from govflow.engine.queue import enqueue_many
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start, step_retry
-from govflow.engine.services.waits import handoff_approve, handoff_request
+from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from recovery.api import DecisionKind, OperationState, lease_acquire, lease_release
 from tests.flows import action, linear
 from tests.providers.alpha import effects

@@ -34,7 +34,7 @@ from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
 from ..queue import enqueue_advance
 from ..registry import registry
-from .instances import _Held
+from .instances import InstanceHeld
 from .routing import derive_status
 from .runtime import TERMINAL_STATUSES, step_commit
 
@@ -196,7 +196,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
             "was requested, so it no longer says what it would accept. Nothing was changed: "
             "reject it and request a new one."
         )
-    with _Held(migration.instance_id, actor) as run:
+    with InstanceHeld(migration.instance_id, actor) as run:
         instance = run.instance
         if instance.status in TERMINAL_STATUSES:
             raise EngineConflict(f"Instance {instance.pk} is {instance.status}.")

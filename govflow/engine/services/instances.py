@@ -21,6 +21,7 @@ from recovery.api import (
     projection_record,
 )
 
+from ..conf import operator_lease_ttl
 from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
@@ -39,7 +40,13 @@ from .runtime import (
     worker_name,
 )
 
-__all__ = ["instance_cancel", "instance_start", "step_retry"]
+__all__ = [
+    "InstanceHeld",
+    "instance_cancel",
+    "instance_start",
+    "resolve_definition",
+    "step_retry",
+]
 
 
 def _require(actor, perm: str, doing: str) -> None:
@@ -130,8 +137,14 @@ def instance_start(
     return instance
 
 
-class _Held:
-    """The instance lease for an operator's change, released on exit."""
+class InstanceHeld:
+    """The instance lease for an operator's change, released on exit.
+
+    ``with InstanceHeld(instance_id, actor) as run:`` gives the loaded run under a fresh
+    lease (``EngineConflict`` while a worker holds it, ``IntegrityStop`` while the instance
+    is stopped by an integrity incident). The operator services of this module, of
+    ``contract_migrations`` and of the handoffs app's desk make their change inside it.
+    """
 
     def __init__(self, instance_id: int, actor) -> None:
         self.instance_id = instance_id
@@ -140,7 +153,9 @@ class _Held:
     def __enter__(self) -> Run:
         try:
             self.fence = lease_acquire(
-                key=instance_lease_key(self.instance_id), holder=self.holder, ttl=30
+                key=instance_lease_key(self.instance_id),
+                holder=self.holder,
+                ttl=operator_lease_ttl(),
             )
         except LeaseHeld:
             raise EngineConflict(
@@ -167,7 +182,7 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
     if not reason:
         raise InvalidRequest("Say why the instance is cancelled.")
     admit_text(reason, name="reason", max_length=4000)
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         if run.instance.status in TERMINAL_STATUSES:
             raise EngineConflict(f"Instance {instance_id} is already {run.instance.status}.")
         # A step a dead worker left executing is settled first, so the ledger says what is
@@ -195,7 +210,7 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
 def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
     """Deliberately retry a failed step (never an ``outcome_unknown`` one: invariant I3)."""
     _require(actor, "engine.operate_instance", "retry steps")
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
         if token is None:
             raise InvalidRequest(f"Instance {instance_id} has no step {token_id}.")

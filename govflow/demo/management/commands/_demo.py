@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.urls import NoReverseMatch, reverse
 
-from govflow.engine.models import Instance
+from govflow.engine import selectors
 
 
 def base_url() -> str:
@@ -37,8 +37,9 @@ def admin_url(instance_id: int) -> str:
     return base_url() + path
 
 
-def instance_or_error(instance_id: int) -> Instance:
-    instance = Instance.objects.select_related("definition").filter(pk=instance_id).first()
+def instance_or_error(instance_id: int):
+    """The instance (with its definition), or a CommandError that says how to get one."""
+    instance = selectors.instance_get(instance_id)
     if instance is None:
         raise CommandError(
             f"No instance has id {instance_id}. `manage.py demo_start` starts "
@@ -57,7 +58,7 @@ def user_or_error(username: str):
     return user
 
 
-def application_id_or_error(instance: Instance) -> str:
+def application_id_or_error(instance) -> str:
     application_id = (instance.variables.get("application") or {}).get("id")
     if not application_id:
         raise CommandError(

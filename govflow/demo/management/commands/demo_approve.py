@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from govflow.engine.errors import EngineConflict, IntegrityStop, InvalidRequest
-from govflow.engine.models import Token, TokenState, WaitKind
-from govflow.engine.services.waits import approval_decide
+from govflow.engine import selectors
+from govflow.engine.provider import EngineConflict, IntegrityStop, InvalidRequest
+from govflow.handoffs.services.desk import approval_decide
 
 from ._demo import instance_or_error, user_or_error
 
@@ -26,9 +26,9 @@ class Command(BaseCommand):
     def handle(self, *args, instance_id, refuse, note, username, **options):
         instance = instance_or_error(instance_id)
         actor = user_or_error(username)
-        token = Token.objects.filter(
-            instance=instance, state=TokenState.WAITING, wait_kind=WaitKind.APPROVAL
-        ).first()
+        token = selectors.step_waiting(
+            instance_id=instance.pk, wait_kind=selectors.WaitKind.APPROVAL
+        )
         if token is None:
             raise CommandError(
                 f"Instance {instance_id} is not waiting for an approval (it is "

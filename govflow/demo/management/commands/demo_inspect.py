@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from govflow.engine.errors import EngineConflict, IntegrityStop, InvalidRequest
+from govflow.engine.provider import EngineConflict, IntegrityStop, InvalidRequest
 from govflow.engine.services.triggers import trigger_deliver
 
 from ._demo import application_id_or_error, instance_or_error

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from govflow.demo.sample import sample_variables
-from govflow.engine.errors import InvalidRequest
+from govflow.engine.provider import InvalidRequest
 from govflow.engine.services.instances import instance_start, resolve_definition
 
 from ._demo import admin_url, manage_py, user_or_error

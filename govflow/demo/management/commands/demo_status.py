@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand
 
 from govflow.demo import store
 from govflow.demo.models import DecisionNote
+from govflow.engine import selectors
 
 from ._demo import admin_url, instance_or_error
 
@@ -37,7 +38,7 @@ class Command(BaseCommand):
         )
         out(f"  Admin: {admin_url(instance.pk)}")
         out("  Steps:")
-        for token in instance.tokens.order_by("ordinal"):
+        for token in selectors.instance_steps(instance):
             wait = f" [{token.wait_kind}]" if token.wait_kind else ""
             out(
                 f"    #{token.ordinal:<3} {token.node_id:<18} {token.state}{wait}"

@@ -11,40 +11,49 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.api import DecisionState, IncidentStatus, RecoveryError, Subject, chain_verify
-from recovery.models import Decision, IntegrityIncident, Operation
+from govflow.engine.admin.base import pretty_json
+from govflow.engine.models import (
+    ContractMigration,
+    Instance,
+    MigrationState,
+    Token,
+    TokenState,
+    WaitKind,
+)
+from govflow.engine.registry import ActionDefinition, registry
+from govflow.engine.selectors import (
+    contract_migrations_of,
+    engine_incidents_of,
+    instance_is_active,
+    instance_steps,
+    instance_subject,
+    node_of,
+)
+from govflow.engine.services.contract_migrations import MIGRATE, migration_candidates
+from recovery.api import (
+    DecisionState,
+    IncidentStatus,
+    RecoveryError,
+    chain_verify,
+    decision_evidence,
+    decisions_of,
+    incidents_of,
+    operations_of,
+)
 
-from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
-from ..migration_forms import MigrationRejectForm, MigrationRequestForm
-from ..models import ContractMigration, Instance, MigrationState, Token, TokenState, WaitKind
-from ..registry import ActionDefinition, registry
-from ..services.contract_migrations import MIGRATE, migration_candidates
-from ..services.definitions import trusted_spec
-from ..services.runtime import TERMINAL_STATUSES
-from ..services.steps import SUBJECT_TYPE
-from .base import pretty_json
+from ..forms import (
+    ApprovalForm,
+    CancelForm,
+    HandoffRequestForm,
+    MigrationRejectForm,
+    MigrationRequestForm,
+    RejectDecisionForm,
+)
 
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
 APPROVE = "recovery.approve_decision"
 VIEW_INTEGRITY = "recovery.view_integrityincident"
-
-
-def subject_of(instance: Instance) -> Subject:
-    return Subject(SUBJECT_TYPE, str(instance.pk))
-
-
-def node_of(instance: Instance, token: Token) -> dict[str, Any]:
-    return dict(trusted_spec(instance.definition).nodes.get(token.node_id, {}))
-
-
-def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
-    return registry.get(node_of(instance, token).get("action", ""))
-
-
-def operations_of(instance: Instance):
-    subject = subject_of(instance)
-    return Operation.objects.filter(subject_type=subject.type, subject_id=subject.id)
 
 
 @dataclass
@@ -56,12 +65,12 @@ class StepRow:
     approval_permission: str = ""
     approval_form: ApprovalForm | None = None
     handoff_form: HandoffRequestForm | None = None
-    open_decision: Decision | None = None
+    open_decision: Any = None  # a recovery decision awaiting approval
 
 
 @dataclass
 class DecisionRow:
-    decision: Decision
+    decision: Any  # a recovery decision, as recovery.api.decisions_of reads it
     evidence: list = field(default_factory=list)
     reject_form: RejectDecisionForm | None = None
 
@@ -108,11 +117,7 @@ class MigrationRow:
 def _contract_context(request, instance: Instance, active: bool, bound) -> dict[str, Any]:
     """The actions a provider changed under this instance, and their migrations."""
     user = request.user
-    migrations = list(
-        instance.contract_migrations.select_related("requested_by", "decided_by").order_by(
-            "requested_at", "pk"
-        )
-    )
+    migrations = list(contract_migrations_of(instance))
     open_by_action = {m.action: m for m in migrations if m.state == MigrationState.REQUESTED}
     changes = []
     for action, change in migration_candidates(instance) if active else []:
@@ -138,7 +143,7 @@ def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
     may_decide = request.user.has_perm(APPROVE)
     rows = []
     for decision in decisions:
-        row = DecisionRow(decision=decision, evidence=list(decision.evidence.all()))
+        row = DecisionRow(decision=decision, evidence=decision_evidence(decision))
         if may_decide and decision.state == DecisionState.REQUESTED:
             row.reject_form = bound.get(("reject", decision.pk)) or RejectDecisionForm(
                 auto_id=f"id_reject_{decision.pk}_%s"
@@ -150,26 +155,17 @@ def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
 def detail_context(request, instance: Instance, bound: dict | None = None) -> dict[str, Any]:
     bound = bound or {}
     user = request.user
-    subject = subject_of(instance)
-    tokens = list(instance.tokens.order_by("ordinal"))
-    operations = list(operations_of(instance).order_by("recorded_at", "pk"))
-    decisions = list(
-        Decision.objects.filter(operation__in=[op.pk for op in operations])
-        .select_related("operation", "requested_by", "decided_by")
-        .prefetch_related("evidence")
-        .order_by("requested_at", "pk")
-    )
+    subject = instance_subject(instance.pk)
+    tokens = list(instance_steps(instance))
+    operations = list(operations_of(subject))
+    decisions = list(decisions_of(subject))
     open_by_key = {d.operation.key: d for d in decisions if d.state == DecisionState.REQUESTED}
     try:
         verification, verify_error = chain_verify(subject), ""
     except RecoveryError as exc:  # e.g. chain keys missing from settings
         verification, verify_error = None, str(exc)
-    active = instance.status not in TERMINAL_STATUSES
-    integrity = list(
-        IntegrityIncident.objects.filter(subject_type=subject.type, subject_id=subject.id).order_by(
-            "-detected_at", "-pk"
-        )
-    )
+    active = instance_is_active(instance)
+    integrity = list(incidents_of(subject))
     # Rationales and evidence are the recovery desk's records: shown to its users only.
     see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
     return {
@@ -182,7 +178,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "see_decisions": see_decisions,
         "verification": verification,
         "verify_error": verify_error,
-        "engine_incidents": list(instance.incidents.order_by("-created_at", "-pk")),
+        "engine_incidents": list(engine_incidents_of(instance)),
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
         "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),

@@ -1,27 +1,33 @@
-"""Human approvals, external tasks, and decisions on uncertain steps."""
+"""The handoff desk: human approvals, external tasks, and decisions on uncertain steps.
+
+Each is a place where the engine waits for someone. These services record what that
+someone did and move the step, under the instance's lease, in one commit. (Before the
+handoffs app this module was ``govflow/engine/services/waits.py``.)
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
+from govflow.engine.limits import admit_json, admit_text, payload_max_bytes
+from govflow.engine.models import InstanceStatus, Token, TokenState, WaitKind
+from govflow.engine.queue import enqueue_advance
+from govflow.engine.registry import registry
+from govflow.engine.selectors import step_get
+from govflow.engine.services.definitions import spec_of
+from govflow.engine.services.instances import InstanceHeld
+from govflow.engine.services.routing import Router
+from govflow.engine.services.runtime import leave_or_block
 from recovery.api import (
     ChainBroken,
     DecisionKind,
     decision_approve,
+    decision_get,
     decision_reject,
     decision_request,
     incident_open,
 )
-from recovery.models import Decision
-
-from ..errors import EngineConflict, InvalidRequest, NotPermitted
-from ..limits import admit_json, admit_text, payload_max_bytes
-from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..queue import enqueue_advance
-from ..registry import registry
-from .instances import _Held
-from .routing import Router
-from .runtime import leave_or_block
 
 __all__ = [
     "approval_decide",
@@ -42,7 +48,8 @@ def _waiting(run, token_id: int, kind: str) -> Token:
     return token
 
 
-def _release(run, token: Token, payload: dict[str, Any]) -> None:
+def _release_waiting(run, token: Token, payload: dict[str, Any]) -> None:
+    """Make a waiting step ready with what it waited for, in one commit, and queue the run."""
     with run.commit():
         run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
         run.flush(Router(run))
@@ -54,14 +61,14 @@ def approval_decide(
 ) -> None:
     """Record a human approval; the node's permission is checked against ``actor``."""
     note = admit_text(str(note)[:1000], name="note", max_length=1000, required=False)
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         token = _waiting(run, token_id, WaitKind.APPROVAL)
         permission = run.spec.nodes[token.node_id]["permission"]
         if not actor.has_perm(permission):
             raise NotPermitted(
                 f"{actor} may not decide '{token.node_id}': it needs the permission {permission!r}."
             )
-        _release(
+        _release_waiting(
             run,
             token,
             {"approved": bool(approved), "by": actor.get_username(), "note": note},
@@ -75,8 +82,8 @@ def external_complete(
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
     admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
-    with _Held(instance_id, actor) as run:
-        _release(run, _waiting(run, token_id, WaitKind.EXTERNAL), payload)
+    with InstanceHeld(instance_id, actor) as run:
+        _release_waiting(run, _waiting(run, token_id, WaitKind.EXTERNAL), payload)
 
 
 def _uncertain_token(run, operation_key: str) -> Token:
@@ -95,18 +102,16 @@ def _uncertain_token(run, operation_key: str) -> Token:
 
 def handoff_request(
     *, instance_id: int, token_id: int, kind: str, rationale: str, actor, evidence=(), checks=None
-) -> Decision:
+) -> Any:
     """Ask for a decision on an ``outcome_unknown`` step; the action's checks must be answered."""
     if actor is None or not actor.has_perm("engine.operate_instance"):
         raise NotPermitted(
             f"{actor} may not ask for decisions on steps: the permission "
             "'engine.operate_instance' is required."
         )
-    token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
+    token = step_get(instance_id=instance_id, token_id=token_id)
     if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
         raise EngineConflict("Only a step whose outcome is unknown takes a decision.")
-    from .definitions import spec_of
-
     node = spec_of(token.instance.definition).nodes[token.node_id]
     action = registry.get(node.get("action", ""))
     required = [c.id for c in action.checks] if action else []
@@ -121,18 +126,18 @@ def handoff_request(
     )
 
 
-def handoff_approve(*, decision_id: int, actor) -> Decision:
+def handoff_approve(*, decision_id: int, actor) -> Any:
     """Approve a decision and move the step, in one commit.
 
     *Effect confirmed* completes the step without calling the provider again; *effect
     absent* marks it failed with a deliberate retry available (new operation key, same
     idempotency key); *cancel* cancels the instance.
     """
-    decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
+    decision = decision_get(decision_id=decision_id)
     if decision is None:
         raise InvalidRequest(f"No decision has id {decision_id}.")
     instance_id = int(decision.operation.subject_id)
-    with _Held(instance_id, actor) as run:
+    with InstanceHeld(instance_id, actor) as run:
         token = _uncertain_token(run, decision.operation.key)
         try:
             with run.commit():
@@ -176,6 +181,6 @@ def handoff_approve(*, decision_id: int, actor) -> Decision:
     return approved
 
 
-def handoff_reject(*, decision_id: int, actor, note: str) -> Decision:
+def handoff_reject(*, decision_id: int, actor, note: str) -> Any:
     """Reject a requested decision; the step keeps waiting for a decision."""
     return decision_reject(decision_id=decision_id, rejected_by=actor, note=note)

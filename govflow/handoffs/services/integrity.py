@@ -14,12 +14,11 @@ import dataclasses
 from django.db import transaction
 from django.db.models.functions import Now
 
+from govflow.engine.models import Incident, Instance
+from govflow.engine.projection import SUBJECT_TYPE
+from govflow.engine.queue import enqueue_advance
+from govflow.engine.selectors import TERMINAL_STATUSES
 from recovery.api import ResolutionOutcome, Subject, incident_resolve_approve
-
-from ..models import Incident, Instance
-from ..projection import SUBJECT_TYPE
-from ..queue import enqueue_advance
-from .runtime import TERMINAL_STATUSES
 
 __all__ = ["instance_of_subject", "integrity_incident_resolve_approve"]
 

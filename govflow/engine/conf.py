@@ -1,0 +1,266 @@
+"""Every ``GOVFLOW_*`` setting of the engine: its default, type, unit and meaning, read lazily.
+
+One table, so a default lives in one place: the accessors below read ``django.conf.settings``
+when called (never at import time), fall back to the default here, and convert to the
+setting's type. ``checks.check_settings`` refuses values of the wrong type or out of range,
+and the settings table of ``docs/deployment.md`` is generated from :data:`SETTINGS`
+(:func:`settings_table`; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+__all__ = [
+    "SETTINGS",
+    "Setting",
+    "definition_max_bytes",
+    "lease_ttl",
+    "max_steps_per_run",
+    "operator_lease_ttl",
+    "payload_max_bytes",
+    "reenqueue_after",
+    "run_budget",
+    "settings_table",
+    "sweep_duration",
+    "sweep_full_every",
+    "sweep_lease_ttl",
+    "sweep_tick",
+    "sweep_timer_batch",
+    "variables_max_bytes",
+]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One engine setting. ``environment``: ``govflow.settings.base`` reads it from an
+    environment variable of the same name; otherwise set it in a settings module."""
+
+    name: str
+    default: int | float
+    type: type
+    unit: str
+    environment: bool
+    description: str
+
+    def value(self) -> int | float:
+        return self.type(getattr(settings, self.name, self.default))
+
+    def shown_default(self) -> str:
+        text = f"`{self.default}`"
+        if self.unit == "bytes":
+            kib = self.default // 1024
+            return f"{text} ({kib // 1024} MiB)" if kib % 1024 == 0 else f"{text} ({kib} KiB)"
+        return f"{text} ({self.unit})" if self.unit else text
+
+
+LEASE_TTL = Setting(
+    "GOVFLOW_LEASE_TTL",
+    30,
+    float,
+    "seconds",
+    True,
+    "the instance lease a worker holds while it runs an instance. It is renewed between "
+    "steps once a third of it has passed, and every third of it by a background thread "
+    "while a provider call runs, so a slow but live call keeps its authority. If the "
+    "worker dies, the lease expires after this long — unless the worker was a process of "
+    "the sweeper's own host, whose death the sweeper sees at once "
+    "(`govflow/engine/liveness.py`). If renewal fails (the database was unreachable for a "
+    "whole lease), another worker may take the instance over and record the step "
+    "`outcome_unknown`; the first worker's late answer is then refused and changes "
+    "nothing. Must be longer than `GOVFLOW_SWEEP_TICK`.",
+)
+OPERATOR_LEASE_TTL = Setting(
+    "GOVFLOW_OPERATOR_LEASE_TTL",
+    30,
+    float,
+    "seconds",
+    False,
+    "the instance lease an operator's change holds while it is made (cancel, retry, an "
+    "approval, a decision's approval, a contract migration); released when the change "
+    'commits. While a worker holds the instance, the change is refused with "try again".',
+)
+MAX_STEPS_PER_RUN = Setting(
+    "GOVFLOW_MAX_STEPS_PER_RUN",
+    500,
+    int,
+    "",
+    True,
+    "steps one run (one `advance` task) takes before it re-enqueues the instance and stops",
+)
+RUN_BUDGET = Setting(
+    "GOVFLOW_RUN_BUDGET",
+    25,
+    float,
+    "seconds",
+    True,
+    "a run starts no new step after this long and re-enqueues the instance: well inside "
+    "django-q2's `timeout` (60 s), so a worker is not killed by the timeout mid-step",
+)
+REENQUEUE_AFTER = Setting(
+    "GOVFLOW_REENQUEUE_AFTER",
+    30,
+    float,
+    "seconds",
+    True,
+    "the sweep re-enqueues an instance that has runnable or `executing` work and no live "
+    "lease only if it was not enqueued within this period — or if a retry or poll fell due "
+    "after its last enqueue, or if its lease expired after its last enqueue (its worker "
+    "died: queued on the next pass, once)",
+)
+SWEEP_LEASE_TTL = Setting(
+    "GOVFLOW_SWEEP_LEASE_TTL",
+    10,
+    float,
+    "seconds",
+    True,
+    "the `govflow:sweeper` lease that keeps the sweeper single; a sweeper that died is "
+    "replaced by a standby (every `qcluster`'s main process has one) as soon as it "
+    "expires. A sweep task that finds a live sweeper leaves at once; one whose lease is "
+    "running out waits up to this plus 1 s for it. Must be longer than "
+    "`GOVFLOW_SWEEP_TICK` (it is renewed after every pass).",
+)
+SWEEP_TICK = Setting(
+    "GOVFLOW_SWEEP_TICK",
+    0.25,
+    float,
+    "seconds",
+    True,
+    "pause between sweep passes when no full batch of timers fired",
+)
+SWEEP_FULL_EVERY = Setting(
+    "GOVFLOW_SWEEP_FULL_EVERY",
+    2,
+    float,
+    "seconds",
+    False,
+    "how often a pass also retries buffered trigger messages",
+)
+SWEEP_TIMER_BATCH = Setting(
+    "GOVFLOW_SWEEP_TIMER_BATCH",
+    2000,
+    int,
+    "",
+    False,
+    "due timers fired, and `advance` tasks queued, in one commit; a full batch is followed "
+    "by the next at once",
+)
+SWEEP_DURATION = Setting(
+    "GOVFLOW_SWEEP_DURATION",
+    40,
+    float,
+    "seconds",
+    True,
+    "how long one sweep *task* (the fallback, below) loops before it enqueues its "
+    "successor. Keep it below the django-q2 `timeout` (60 s), or the task is killed every "
+    "time. The sweeper in a `qcluster`'s main process has no such limit.",
+)
+DEFINITION_MAX_BYTES = Setting(
+    "GOVFLOW_DEFINITION_MAX_BYTES",
+    1024 * 1024,
+    int,
+    "bytes",
+    False,
+    "largest definition: the admin's upload, a `load_workflows` file, and the canonical "
+    "bytes `definition_publish` stores",
+)
+VARIABLES_MAX_BYTES = Setting(
+    "GOVFLOW_VARIABLES_MAX_BYTES",
+    256 * 1024,
+    int,
+    "bytes",
+    False,
+    "largest variables an instance starts with, from the *start an instance* form and from "
+    "`instance_start` alike (also its access context)",
+)
+PAYLOAD_MAX_BYTES = Setting(
+    "GOVFLOW_PAYLOAD_MAX_BYTES",
+    256 * 1024,
+    int,
+    "bytes",
+    False,
+    "largest payload of a trigger message (`trigger_deliver`) or an external task's result "
+    "(`external_complete`)",
+)
+
+SETTINGS: tuple[Setting, ...] = (
+    LEASE_TTL,
+    OPERATOR_LEASE_TTL,
+    MAX_STEPS_PER_RUN,
+    RUN_BUDGET,
+    REENQUEUE_AFTER,
+    SWEEP_LEASE_TTL,
+    SWEEP_TICK,
+    SWEEP_FULL_EVERY,
+    SWEEP_TIMER_BATCH,
+    SWEEP_DURATION,
+    DEFINITION_MAX_BYTES,
+    VARIABLES_MAX_BYTES,
+    PAYLOAD_MAX_BYTES,
+)
+
+
+def lease_ttl() -> float:
+    return LEASE_TTL.value()
+
+
+def operator_lease_ttl() -> float:
+    return OPERATOR_LEASE_TTL.value()
+
+
+def max_steps_per_run() -> int:
+    return MAX_STEPS_PER_RUN.value()
+
+
+def run_budget() -> float:
+    return RUN_BUDGET.value()
+
+
+def reenqueue_after() -> float:
+    return REENQUEUE_AFTER.value()
+
+
+def sweep_lease_ttl() -> float:
+    return SWEEP_LEASE_TTL.value()
+
+
+def sweep_tick() -> float:
+    return SWEEP_TICK.value()
+
+
+def sweep_full_every() -> float:
+    return SWEEP_FULL_EVERY.value()
+
+
+def sweep_timer_batch() -> int:
+    return SWEEP_TIMER_BATCH.value()
+
+
+def sweep_duration() -> float:
+    return SWEEP_DURATION.value()
+
+
+def definition_max_bytes() -> int:
+    return DEFINITION_MAX_BYTES.value()
+
+
+def variables_max_bytes() -> int:
+    return VARIABLES_MAX_BYTES.value()
+
+
+def payload_max_bytes() -> int:
+    return PAYLOAD_MAX_BYTES.value()
+
+
+def settings_table() -> str:
+    """The Markdown table of :data:`SETTINGS`, as ``docs/deployment.md`` shows it."""
+    rows = [
+        "| setting | default | from the environment | meaning |",
+        "|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        env = "yes (`base`)" if s.environment else "no"
+        rows.append(f"| `{s.name}` | {s.shown_default()} | {env} | {s.description} |")
+    return "\n".join(rows) + "\n"

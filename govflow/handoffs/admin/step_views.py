@@ -1,0 +1,161 @@
+"""The POST actions on an instance's steps and decisions: cancel, retry, approve, decide.
+
+A mixin of :class:`~govflow.handoffs.admin.instances.InstanceAdmin`, which supplies
+``get_instance``, ``act`` (validate, call one service, report, redirect) and ``_post``.
+"""
+
+from __future__ import annotations
+
+from django.http import Http404
+
+from govflow.engine.models import Instance, Token
+from govflow.engine.selectors import action_of, instance_subject, step_get
+from govflow.engine.services.instances import instance_cancel, step_retry
+from recovery.api import decision_get
+
+from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
+from ..services.desk import approval_decide, handoff_approve, handoff_reject, handoff_request
+from .detail import APPROVE, OPERATE, REQUEST
+
+
+class StepActions:
+    """Cancel an instance; retry, approve or ask a decision on a step; decide a decision."""
+
+    URLS = (
+        ("<int:instance_id>/cancel/", "cancel_view", "cancel"),
+        ("<int:instance_id>/steps/<int:token_id>/retry/", "retry_view", "retry"),
+        ("<int:instance_id>/steps/<int:token_id>/approval/", "approval_view", "approval"),
+        ("<int:instance_id>/steps/<int:token_id>/handoff/", "handoff_view", "handoff"),
+        (
+            "<int:instance_id>/decisions/<int:decision_id>/approve/",
+            "decision_approve_view",
+            "decision_approve",
+        ),
+        (
+            "<int:instance_id>/decisions/<int:decision_id>/reject/",
+            "decision_reject_view",
+            "decision_reject",
+        ),
+    )
+
+    def _token(self, instance: Instance, token_id: int) -> Token:
+        token = step_get(instance_id=instance.pk, token_id=token_id)
+        if token is None:
+            raise Http404(f"Instance {instance.pk} has no step {token_id}.")
+        return token
+
+    def _decision(self, instance: Instance, decision_id: int):
+        decision = decision_get(decision_id=decision_id, subject=instance_subject(instance.pk))
+        if decision is None:
+            raise Http404(f"Instance {instance.pk} has no decision {decision_id}.")
+        return decision
+
+    def cancel_view(self, request, instance_id: int):
+        instance = self.get_instance(request, instance_id, OPERATE)
+        form = CancelForm(request.POST if request.method == "POST" else None)
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot="cancel",
+            call=lambda: instance_cancel(
+                instance_id=instance.pk, actor=request.user, reason=form.cleaned_data["reason"]
+            ),
+            done=lambda _: f"Instance {instance.pk} is cancelled.",
+        )
+
+    def retry_view(self, request, instance_id: int, token_id: int):
+        instance = self.get_instance(request, instance_id, OPERATE)
+        token = self._token(instance, token_id)
+        return self.act(
+            request,
+            instance,
+            call=lambda: step_retry(instance_id=instance.pk, token_id=token.pk, actor=request.user),
+            done=lambda _: f"Step '{token.node_id}' will be retried (attempt {token.attempt + 1}).",
+        )
+
+    def approval_view(self, request, instance_id: int, token_id: int):
+        # The node names its own permission; approval_decide checks it and says which.
+        instance = self.get_instance(request, instance_id)
+        token = self._token(instance, token_id)
+        form = ApprovalForm(
+            request.POST if request.method == "POST" else None, auto_id=f"id_approval_{token.pk}_%s"
+        )
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot=("approval", token.pk),
+            call=lambda: approval_decide(
+                instance_id=instance.pk,
+                token_id=token.pk,
+                actor=request.user,
+                approved=form.cleaned_data["decision"] == "approve",
+                note=form.cleaned_data["note"],
+            ),
+            done=lambda _: (
+                f"Your {form.cleaned_data['decision']} of '{token.node_id}' is recorded."
+            ),
+        )
+
+    def handoff_view(self, request, instance_id: int, token_id: int):
+        instance = self.get_instance(request, instance_id, OPERATE, REQUEST)
+        token = self._token(instance, token_id)
+        action = action_of(instance, token)
+        form = HandoffRequestForm(
+            *self._post(request),
+            checks=action.checks if action else (),
+            auto_id=f"id_handoff_{token.pk}_%s",
+        )
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot=("handoff", token.pk),
+            call=lambda: handoff_request(
+                instance_id=instance.pk,
+                token_id=token.pk,
+                actor=request.user,
+                kind=form.cleaned_data["kind"],
+                rationale=form.cleaned_data["rationale"],
+                evidence=form.cleaned_data["evidence"],
+                checks=form.check_answers(),
+            ),
+            done=lambda decision: (
+                f"Decision {decision.pk} ({decision.get_kind_display()}) is requested. "
+                "Another person with the approve permission must check it and approve it."
+            ),
+        )
+
+    def decision_approve_view(self, request, instance_id: int, decision_id: int):
+        instance = self.get_instance(request, instance_id, APPROVE)
+        decision = self._decision(instance, decision_id)
+        return self.act(
+            request,
+            instance,
+            call=lambda: handoff_approve(decision_id=decision.pk, actor=request.user),
+            done=lambda approved: (
+                f"Decision {approved.pk} ({approved.get_kind_display()}) "
+                "is approved; the instance moves on."
+            ),
+        )
+
+    def decision_reject_view(self, request, instance_id: int, decision_id: int):
+        instance = self.get_instance(request, instance_id, APPROVE)
+        decision = self._decision(instance, decision_id)
+        form = RejectDecisionForm(
+            request.POST if request.method == "POST" else None,
+            auto_id=f"id_reject_{decision.pk}_%s",
+        )
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot=("reject", decision.pk),
+            call=lambda: handoff_reject(
+                decision_id=decision.pk, actor=request.user, note=form.cleaned_data["note"]
+            ),
+            done=lambda _: (
+                f"Decision {decision.pk} is rejected; the step still waits for a decision."
+            ),
+        )

@@ -1,0 +1,178 @@
+"""Forms of the operator's pages of instances: start, cancel, approve, decide, migrate.
+
+Forms only parse what an operator typed or uploaded into the values a service takes; the
+services decide what is allowed and say why not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from govflow.engine.limits import variables_max_bytes
+from govflow.engine.models import Definition
+from govflow.engine.selectors import definitions_published
+from recovery.api import CanonicalError, DecisionKind, parse_json
+
+
+class DefinitionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Definition) -> str:
+        return f"{obj.key} v{obj.version} — {obj.title}"
+
+
+class InstanceStartForm(forms.Form):
+    definition = DefinitionChoiceField(
+        queryset=definitions_published(),
+        label="Definition",
+        empty_label="Choose a published definition",
+    )
+    tenant = forms.CharField(
+        label="Tenant",
+        max_length=100,
+        initial="default",
+        help_text="The organisation or office this instance runs for.",
+    )
+    variables = forms.CharField(
+        label="Variables",
+        required=False,
+        initial="{}",
+        widget=forms.Textarea(attrs={"rows": 10, "cols": 80, "spellcheck": "false"}),
+        help_text='A JSON object, for example {"applicant": "A. Smith"}. Leave empty for none.',
+    )
+
+    def clean_variables(self) -> dict[str, Any]:
+        text = (self.cleaned_data.get("variables") or "").strip()
+        if not text:
+            return {}
+        limit = variables_max_bytes()
+        if len(text.encode("utf-8", "surrogatepass")) > limit:
+            raise forms.ValidationError(f"Variables may be at most {limit} bytes of JSON.")
+        try:
+            value = parse_json(text, max_bytes=limit)
+        except CanonicalError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Variables must be a JSON object mapping names to values.")
+        return value
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(
+        label="Reason for cancelling",
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Recorded on the instance. Cancelling undoes nothing outside the engine.",
+    )
+
+
+class ApprovalForm(forms.Form):
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("reject", "Reject")],
+        widget=forms.RadioSelect,
+        label="Decision",
+    )
+    note = forms.CharField(
+        label="Note",
+        required=False,
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+    )
+
+
+class MultipleFileInput(forms.FileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several uploaded files; cleans to a list (empty when none was chosen)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        single = super().clean
+        if isinstance(data, (list, tuple)):
+            return [single(item, initial) for item in data]
+        return [single(data, initial)] if data else []
+
+
+CHECK_PREFIX = "check_"
+
+
+class HandoffRequestForm(forms.Form):
+    """A decision on an uncertain step: kind, rationale, evidence and the provider's checks.
+
+    ``checks`` are the action's :class:`~govflow.engine.registry.VerificationCheck`\\ s;
+    each becomes a text field labelled with its instruction.
+    """
+
+    kind = forms.ChoiceField(
+        label="Decision",
+        choices=DecisionKind.choices,
+        widget=forms.RadioSelect,
+        help_text="Effect confirmed and effect absent need evidence. A timeout, a restart or "
+        "an empty local result is not evidence of absence.",
+    )
+    rationale = forms.CharField(
+        label="Rationale",
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
+        help_text="What you checked and what it showed.",
+    )
+    evidence = MultipleFileField(
+        label="Evidence files",
+        required=False,
+        help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
+    )
+
+    def __init__(self, *args, checks=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.check_ids = []
+        for check in checks:
+            name = CHECK_PREFIX + check.id
+            self.fields[name] = forms.CharField(
+                label=check.instruction,
+                required=False,
+                max_length=2000,
+                widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                help_text=f"Your finding for check '{check.id}'.",
+            )
+            self.check_ids.append(check.id)
+
+    def check_answers(self) -> dict[str, str]:
+        return {cid: self.cleaned_data.get(CHECK_PREFIX + cid, "") for cid in self.check_ids}
+
+
+class RejectDecisionForm(forms.Form):
+    note = forms.CharField(
+        label="Why reject it",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="The requester sees this and can request again.",
+    )
+
+
+class MigrationRequestForm(forms.Form):
+    action = forms.ChoiceField(label="Action", widget=forms.HiddenInput)
+    rationale = forms.CharField(
+        label="Why the instance may go on under the new contract",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="What you checked and with whom. A second person approves it before "
+        "anything runs.",
+    )
+
+    def __init__(self, *args, actions: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["action"].choices = [(name, name) for name in actions]
+
+
+class MigrationRejectForm(forms.Form):
+    note = forms.CharField(
+        label="Why reject it",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="The instance stays blocked; the requester sees this and can request again.",
+    )

@@ -1,0 +1,143 @@
+"""Reads of the recovery core's records, for the host application's pages and services.
+
+Querysets and small dataclasses, never writes (HackSoft-style selectors). A host — the
+engine, its operator pages, a provider's tools — reads the ledger through these, exported
+by ``recovery.api``, and never through ``recovery.models``: the models are free to change
+behind this door. Querysets come ordered, oldest first unless said otherwise, and with the
+related rows a page shows already joined.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db.models import BooleanField, F, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
+
+from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
+from .services.leases import Fence, fence_condition
+from .states import DecisionState, IncidentStatus
+from .subjects import Subject
+
+__all__ = [
+    "LeaseView",
+    "checkpoints_of",
+    "decision_evidence",
+    "decision_get",
+    "decisions_of",
+    "decisions_open_of",
+    "incidents_of",
+    "lease_current",
+    "lease_is_live",
+    "leases_held",
+    "leases_live",
+    "operation_get",
+    "operations_of",
+]
+
+
+def operations_of(subject: Subject) -> QuerySet[Operation]:
+    """Every ledger operation of ``subject``, in the order they were recorded."""
+    return Operation.objects.filter(subject_type=subject.type, subject_id=subject.id).order_by(
+        "recorded_at", "pk"
+    )
+
+
+def operation_get(*, key: str) -> Operation | None:
+    """The operation with ``key``, or None when the ledger has none."""
+    return Operation.objects.filter(key=key).first() if key else None
+
+
+def decisions_of(subject: Subject) -> QuerySet[Decision]:
+    """Every decision on an operation of ``subject``, oldest first, with who and evidence."""
+    return (
+        Decision.objects.filter(
+            operation__subject_type=subject.type, operation__subject_id=subject.id
+        )
+        .select_related("operation", "requested_by", "decided_by")
+        .prefetch_related("evidence")
+        .order_by("requested_at", "pk")
+    )
+
+
+def decisions_open_of(subject: Subject) -> dict[str, Decision]:
+    """The decisions of ``subject`` awaiting approval, by the key of their operation."""
+    open_ = decisions_of(subject).filter(state=DecisionState.REQUESTED)
+    return {decision.operation.key: decision for decision in open_}
+
+
+def decision_get(*, decision_id: int, subject: Subject | None = None) -> Decision | None:
+    """The decision ``decision_id`` with its operation, or None.
+
+    With ``subject``, a decision on another subject's operation is None too: a page of one
+    subject never acts on another's decision.
+    """
+    decisions = Decision.objects.select_related("operation").filter(pk=decision_id)
+    if subject is not None:
+        decisions = decisions.filter(
+            operation__subject_type=subject.type, operation__subject_id=subject.id
+        )
+    return decisions.first()
+
+
+def decision_evidence(decision: Decision) -> list[EvidenceFile]:
+    """The evidence files of ``decision``, in the order they were stored."""
+    return sorted(decision.evidence.all(), key=lambda f: f.pk)
+
+
+def incidents_of(subject: Subject, *, open_only: bool = False) -> QuerySet[IntegrityIncident]:
+    """The integrity incidents of ``subject``, newest first (open ones only, if asked)."""
+    incidents = IntegrityIncident.objects.filter(
+        subject_type=subject.type, subject_id=subject.id
+    ).order_by("-detected_at", "-pk")
+    return incidents.filter(status=IncidentStatus.OPEN) if open_only else incidents
+
+
+def checkpoints_of(subject: Subject) -> QuerySet[Checkpoint]:
+    """The checkpoints of ``subject``'s chain, in chain order, for display.
+
+    Reading them proves nothing: ``chain_verify`` checks the links with the chain key.
+    """
+    return Checkpoint.objects.filter(subject_type=subject.type, subject_id=subject.id).order_by(
+        "seq"
+    )
+
+
+def leases_held() -> QuerySet[Lease]:
+    """Leases that have a holder (not released), live or expired."""
+    return Lease.objects.filter(holder__isnull=False)
+
+
+def leases_live() -> QuerySet[Lease]:
+    """Leases whose holder may act now: held, and not expired by the database clock."""
+    return leases_held().filter(expires_at__gt=Now())
+
+
+def lease_is_live(fence: Fence) -> bool:
+    """Whether ``fence`` is still the live lease of its key (by the database clock)."""
+    sql, params = fence_condition(fence)
+    return Lease.objects.filter(RawSQL(sql, params, output_field=BooleanField())).exists()
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """A live lease as a reader sees it: who holds it, its fence, and time left."""
+
+    fence: Fence
+    left: dt.timedelta
+
+
+def lease_current(key: str) -> LeaseView | None:
+    """The live lease of ``key``, or None when nobody holds it now."""
+    row = (
+        leases_live()
+        .filter(key=key)
+        .annotate(left=F("expires_at") - Now())
+        .values_list("left", "holder", "fence")
+        .first()
+    )
+    if row is None:
+        return None
+    return LeaseView(fence=Fence(key=key, holder=row[1], fence=row[2]), left=row[0])
