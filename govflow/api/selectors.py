@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from govflow.engine.contracts import contracts_of, pinned_fingerprint
 from govflow.engine.definitions import parse_definition
@@ -52,17 +52,29 @@ def definition_versions(key: str) -> list[int]:
     )
 
 
+def _stored_object(text: str) -> dict[str, Any]:
+    # A row edited into something unreadable reads as empty; definition_refusal says why.
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def definition_document(definition: Definition) -> dict[str, Any]:
-    return json.loads(definition.document)
+    return _stored_object(definition.document)
 
 
 def definition_contracts(definition: Definition) -> dict[str, Any]:
-    return json.loads(definition.contracts) if definition.contracts else {}
+    return _stored_object(definition.contracts)
 
 
 def definition_refusal(definition: Definition) -> str:
     """Why new instances of ``definition`` cannot start here now, or ''."""
-    return start_refusal(definition)
+    try:
+        return start_refusal(definition)
+    except ValueError:
+        return "its stored document is not readable JSON; restore it from the published file"
 
 
 def instances(tenant: str | None) -> QuerySet[Instance]:
@@ -108,6 +120,14 @@ def handoffs(tenant: str | None) -> QuerySet[Token]:
         "instance", "instance__definition"
     )
     return found if tenant is None else found.filter(instance__tenant=tenant)
+
+
+def awaiting_approval(handoff_tokens: QuerySet[Token], awaiting: bool) -> QuerySet[Token]:
+    """Keep the handoffs that have (or have not) a decision awaiting a second person."""
+    requested = Decision.objects.filter(
+        operation__key=OuterRef("operation_key"), state=DecisionState.REQUESTED
+    )
+    return handoff_tokens.filter(Exists(requested) if awaiting else ~Exists(requested))
 
 
 def open_decisions(tokens: list[Token]) -> dict[str, Decision]:

@@ -147,3 +147,11 @@ def test_a_signed_in_user_publishes_as_themselves(django_user_model):
     )
     assert response.status_code == 201, response.json()
     assert Definition.objects.get(key="tests.api_me").published_by == user
+
+
+def test_a_definition_changed_in_the_database_reads_as_not_runnable(key_client, waiting_definition):
+    Definition.objects.filter(pk=waiting_definition.pk).update(document="{not json")
+    body = key_client.get("/api/v1/definitions/tests.api_wait/1/").json()
+    assert body["runnable"] is False
+    assert "no longer matches the fingerprint it was published with" in body["not_runnable_because"]
+    assert body["document"] == {} and body["variables_schema"] is None

@@ -138,6 +138,10 @@ def test_handoffs_list_unknown_outcomes_and_pending_providers_with_open_decision
     assert [h["id"] for h in only] == [waiting["id"]]
     of_instance = key_client.get(f"/api/v1/handoffs/?instance={uncertain.pk}").json()["results"]
     assert [h["id"] for h in of_instance] == [unknown["id"]]
+    awaiting = key_client.get("/api/v1/handoffs/?awaiting_approval=true").json()["results"]
+    assert [h["id"] for h in awaiting] == [unknown["id"]]
+    others = key_client.get("/api/v1/handoffs/?awaiting_approval=false").json()["results"]
+    assert [h["id"] for h in others] == [waiting["id"]]
     detail = key_client.get(f"/api/v1/handoffs/{unknown['id']}/").json()
     assert detail == unknown
 

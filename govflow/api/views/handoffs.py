@@ -32,6 +32,11 @@ class HandoffFilter(django_filters.FilterSet):
         method="by_kind",
         help_text="outcome_unknown or pending_provider.",
     )
+    awaiting_approval = django_filters.BooleanFilter(
+        method="by_approval",
+        help_text="true: only those with a decision awaiting a second person's approval; "
+        "false: only those without.",
+    )
     instance = django_filters.NumberFilter(
         field_name="instance_id",
         min_value=1,
@@ -45,6 +50,9 @@ class HandoffFilter(django_filters.FilterSet):
 
     def by_kind(self, queryset, name, value):
         return queryset.filter(KINDS[value]) if value else queryset
+
+    def by_approval(self, queryset, name, value):
+        return queryset if value is None else selectors.awaiting_approval(queryset, value)
 
 
 class HandoffList(ApiView):
