@@ -59,6 +59,13 @@ class IntegerFilter(django_filters.NumberFilter):
     field_class = forms.IntegerField
 
 
+class StrictBooleanFilter(django_filters.ChoiceFilter):
+    """``true`` or ``false``, nothing else (django-filter's own also reads 'null', '1'...)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(choices=[("true", "true"), ("false", "false")], **kwargs)
+
+
 class DefinitionFilter(django_filters.FilterSet):
     key = django_filters.CharFilter(
         field_name="key", max_length=120, help_text="Only versions of this definition key."
@@ -160,13 +167,13 @@ class FilterBackend(DjangoFilterBackend):
         filterset = self.get_filterset(request, queryset, view)
         if filterset is None:
             return queryset
-        empty = [
-            name
-            for name in filterset.filters
-            if name in request.query_params and "" in request.query_params.getlist(name)
-        ]
-        if empty:
-            raise _bad(empty[0], "give it a value, or leave it out")
+        params = request.query_params
+        for name, field in filterset.filters.items():
+            values = params.getlist(name)
+            if "" in values:
+                raise _bad(name, "give it a value, or leave it out")
+            if len(values) > 1 and not isinstance(field, django_filters.MultipleChoiceFilter):
+                raise _bad(name, "give it once")
         if not filterset.is_valid():
             errors = [
                 {"field": name, "detail": str(message)}

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import re
 
-from django.conf import settings
 from rest_framework import serializers
 
 from govflow.engine.models import InstanceStatus, TokenState
-from recovery.api import CanonicalError, canonical_bytes
 
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9._~-]{1,99}$")
-
-
-def variables_max_bytes() -> int:
-    return int(getattr(settings, "GOVFLOW_VARIABLES_MAX_BYTES", 256 * 1024))
 
 
 class Problem(serializers.Serializer):
@@ -64,20 +58,10 @@ class InstanceStartRequest(serializers.Serializer):
     variables = serializers.DictField(
         required=False,
         default=dict,
-        help_text="The case variables, checked against the definition's variables schema.",
+        help_text="The case variables, checked against the definition's variables schema "
+        "(at most GOVFLOW_VARIABLES_MAX_BYTES of canonical JSON).",
     )
     tenant = TenantField()
-
-    def validate_variables(self, value):
-        try:
-            size = len(canonical_bytes(value))
-        except CanonicalError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        if size > variables_max_bytes():
-            raise serializers.ValidationError(
-                f"Variables may be at most {variables_max_bytes()} bytes of JSON; these are {size}."
-            )
-        return value
 
 
 class InstanceCancelRequest(serializers.Serializer):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
+from govflow.engine.definitions import MAX_VERSION
 from govflow.engine.services.definitions import definition_publish
 
 from .. import selectors, serializers
@@ -23,23 +24,7 @@ from ..schema import (
 from .base import ApiView
 from .presenters import definition_detail, definition_summary
 
-MAX_VERSION = 2_147_483_647
 TAG = ["Definitions"]
-
-
-def document_limits(document) -> list[str]:
-    """What of a document the database columns cannot hold (the engine checks the rest)."""
-    if not isinstance(document, dict):
-        return []
-    problems = []
-    key, title, version = document.get("key"), document.get("title"), document.get("version")
-    if isinstance(key, str) and len(key) > 120:
-        problems.append("'key' may be at most 120 characters.")
-    if isinstance(title, str) and len(title) > 200:
-        problems.append("'title' may be at most 200 characters.")
-    if type(version) is int and version > MAX_VERSION:
-        problems.append(f"'version' may be at most {MAX_VERSION}.")
-    return problems
 
 
 class DefinitionList(ApiView):
@@ -88,13 +73,11 @@ class DefinitionList(ApiView):
     @idempotent
     def post(self, request):
         document = request.data
-        problems = document_limits(document)
-        if problems:
-            raise ValidationError({"document": problems})
         existed = (
             isinstance(document, dict)
             and isinstance(document.get("key"), str)
             and type(document.get("version")) is int
+            and 1 <= document["version"] <= MAX_VERSION
             and selectors.definition_get(document["key"], document["version"]) is not None
         )
         principal = self.principal
@@ -131,11 +114,8 @@ class DefinitionValidate(ApiView):
     def post(self, request):
         if request.stream is None:
             raise ParseError("Send the definition document as the JSON body.")
-        document = request.data
-        problems = document_limits(document)
-        if problems:
-            raise ValidationError({"document": problems})
-        return Response(serializers.DefinitionValidation(selectors.definition_check(document)).data)
+        result = selectors.definition_check(request.data)
+        return Response(serializers.DefinitionValidation(result).data)
 
 
 class DefinitionDetail(ApiView):

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from govflow.engine.models import Token
 
 from .. import selectors, serializers
-from ..filters import FilterBackend
+from ..filters import FilterBackend, StrictBooleanFilter
 from ..pagination import IdCursorPagination
 from ..schema import path_id
 from .base import ApiView
@@ -32,7 +32,7 @@ class HandoffFilter(django_filters.FilterSet):
         method="by_kind",
         help_text="outcome_unknown or pending_provider.",
     )
-    awaiting_approval = django_filters.BooleanFilter(
+    awaiting_approval = StrictBooleanFilter(
         method="by_approval",
         help_text="true: only those with a decision awaiting a second person's approval; "
         "false: only those without.",
@@ -52,7 +52,7 @@ class HandoffFilter(django_filters.FilterSet):
         return queryset.filter(KINDS[value]) if value else queryset
 
     def by_approval(self, queryset, name, value):
-        return queryset if value is None else selectors.awaiting_approval(queryset, value)
+        return selectors.awaiting_approval(queryset, value == "true") if value else queryset
 
 
 class HandoffList(ApiView):
