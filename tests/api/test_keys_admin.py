@@ -114,3 +114,28 @@ def test_demo_setup_makes_the_demo_tenants_key(tmp_path):
     me = client_with(target.read_text().strip()).get("/api/v1/me/").json()
     assert me["tenant"] == "demo-municipality"
     assert "instances:start" in me["scopes"] and "definitions:publish" in me["scopes"]
+
+
+def test_a_keys_scopes_are_changed_on_its_page_and_a_revoked_key_is_read_only(admin_client):
+    from django.contrib.admin.utils import quote
+
+    client, _ = admin_client
+    key, raw = ApiKey.objects.create_key(name="sync", tenant="north", scopes=["instances:read"])
+    url = f"/admin/api/apikey/{quote(key.pk)}/change/"
+    page = client.get(url)
+    assert page.status_code == 200
+    assert key.prefix in page.content.decode() and raw not in page.content.decode()
+    response = client.post(
+        url,
+        {
+            "name": "sync",
+            "tenant": "north",
+            "scope_choices": ["instances:read", "audit:read"],
+            "task_topics": "",
+            "revoked": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    key.refresh_from_db()
+    assert key.scopes == ["audit:read", "instances:read"] and key.revoked
+    assert "readonly" in client.get(url).content.decode()
