@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import BooleanField, F, QuerySet
+from django.db.models import BooleanField, Exists, F, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
@@ -24,8 +25,10 @@ from .subjects import Subject
 __all__ = [
     "LeaseView",
     "checkpoints_of",
+    "decision_awaiting_exists",
     "decision_evidence",
     "decision_get",
+    "decisions_awaiting",
     "decisions_of",
     "decisions_open_of",
     "incidents_of",
@@ -66,6 +69,24 @@ def decisions_open_of(subject: Subject) -> dict[str, Decision]:
     """The decisions of ``subject`` awaiting approval, by the key of their operation."""
     open_ = decisions_of(subject).filter(state=DecisionState.REQUESTED)
     return {decision.operation.key: decision for decision in open_}
+
+
+def decisions_awaiting(*, operation_keys: list[str]) -> dict[str, Decision]:
+    """The decision awaiting approval of each of these operations, by operation key."""
+    if not operation_keys:
+        return {}
+    found = Decision.objects.filter(
+        operation__key__in=operation_keys, state=DecisionState.REQUESTED
+    ).select_related("operation")
+    return {decision.operation.key: decision for decision in found}
+
+
+def decision_awaiting_exists(operation_key: Any) -> Exists:
+    """A subquery expression: a decision awaits approval for ``operation_key`` (an
+    ``OuterRef`` or a value), for filtering the caller's own querysets."""
+    return Exists(
+        Decision.objects.filter(operation__key=operation_key, state=DecisionState.REQUESTED)
+    )
 
 
 def decision_get(*, decision_id: int, subject: Subject | None = None) -> Decision | None:

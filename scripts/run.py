@@ -1,7 +1,8 @@
 """``make run``: the embedded GovFlow on this machine.
 
 Migrates the SQLite database, creates two demo operator logins (a requester and an
-approver, because decisions need a second person) and publishes the demo workflows, starts
+approver, because decisions need a second person), publishes the demo workflows and makes a
+demo API key for the demo tenant (kept in var/ like the password), starts
 the development web server and a django-q2 worker cluster (each in its own process group),
 waits until the server answers, prints the URL, the credentials and how to start a demo
 instance, and stops both on Ctrl-C. ``GOVFLOW_VAR_DIR`` moves the database, the
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("GOVFLOW_VAR_DIR") or ROOT / "var")
 CREDENTIALS = VAR / "demo-credentials.txt"
+API_KEY_FILE = VAR / "demo-api-key.txt"
 HOST = os.environ.get("GOVFLOW_HOST", "127.0.0.1")
 PORT = os.environ.get("GOVFLOW_PORT", "8000")
 
@@ -84,7 +86,8 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "govflow.settings.dev")
     manage("migrate", "--noinput", "-v", "0")
     password = demo_password()
-    manage("demo_setup", "--password", password)
+    manage("demo_setup", "--password", password, "--api-key-file", str(API_KEY_FILE))
+    api_key = API_KEY_FILE.read_text().strip()
     procs = [
         subprocess.Popen(
             [sys.executable, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
@@ -113,6 +116,10 @@ def main() -> int:
         f"  GovFlow is running at http://{HOST}:{PORT}/admin/\n"
         f"  Operator login:  operator / {password}\n"
         f"  Approver login:  approver / {password}   (decisions need a second person)\n"
+        f"  REST API key (tenant demo-municipality, every scope; development only):\n"
+        f"    {api_key}\n"
+        f"    curl -H 'Authorization: Api-Key {api_key}' http://{HOST}:{PORT}/api/v1/me/\n"
+        f"  API docs: http://{HOST}:{PORT}/api/v1/docs/  (docs/integrations.md)\n"
         "  A django-q2 worker cluster is running beside the web server.\n"
         "\n"
         "  Try the demo (in another terminal):\n"

@@ -27,6 +27,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework_api_key",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "recovery",
     # Before django_q: the engine's qcluster command (the sweeper in the cluster's main
     # process, ADR 0005) overrides django-q2's.
@@ -34,6 +38,8 @@ INSTALLED_APPS = [
     # The operator's side, on top of the engine: instance pages, handoffs, decisions.
     "govflow.handoffs",
     "django_q",
+    # After rest_framework_api_key: its admin registers a stock key model this app removes.
+    "govflow.api",
 ]
 
 MIDDLEWARE = [
@@ -169,12 +175,63 @@ GOVFLOW_SWEEP_LEASE_TTL = float(os.environ.get("GOVFLOW_SWEEP_LEASE_TTL", 10))
 GOVFLOW_SWEEP_TICK = float(os.environ.get("GOVFLOW_SWEEP_TICK", 0.25))
 GOVFLOW_SWEEP_DURATION = float(os.environ.get("GOVFLOW_SWEEP_DURATION", 40))
 
+# The REST API (govflow/api, docs/integrations.md). DRF serves only the API's views.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
+        # First: its challenge makes a missing credential a 401 with WWW-Authenticate.
+        "govflow.api.auth.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # CSRF for unsafe methods
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["govflow.api.permissions.HasScope"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "govflow.api.throttling.KeyRateThrottle",
+        "govflow.api.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["govflow.api.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_METADATA_CLASS": None,
+    "EXCEPTION_HANDLER": "govflow.api.problems.exception_handler",
+    "URL_FORMAT_OVERRIDE": None,
+    "NUM_PROXIES": int(os.environ.get("GOVFLOW_API_NUM_PROXIES", 0)),
+}
+GOVFLOW_API_RATE = os.environ.get("GOVFLOW_API_RATE", "1200/min")
+GOVFLOW_API_ANON_RATE = os.environ.get("GOVFLOW_API_ANON_RATE", "120/min")
+GOVFLOW_API_MAX_BODY_BYTES = int(os.environ.get("GOVFLOW_API_MAX_BODY_BYTES", 1024 * 1024))
+GOVFLOW_API_IDEMPOTENCY_TTL = float(os.environ.get("GOVFLOW_API_IDEMPOTENCY_TTL", 24 * 3600))
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GovFlow API",
+    "DESCRIPTION": (
+        "Start and follow workflow instances, deliver messages, read handoffs, the ledger "
+        "and the audit trail. Authenticate with the header `Authorization: Api-Key <key>` "
+        "(keys are made in the admin). Every error is an RFC 9457 problem "
+        "(`application/problem+json`). The guide is docs/integrations.md."
+    ),
+    "TAGS": [
+        {"name": "Instances", "description": "Start, follow and cancel workflow instances."},
+        {"name": "Triggers", "description": "Deliver messages that waiting instances take."},
+        {"name": "Handoffs", "description": "Steps waiting for an operator or a provider."},
+        {"name": "Definitions", "description": "Published workflow definitions."},
+        {"name": "Ledger and audit", "description": "Fingerprints, the chain, verification."},
+        {"name": "About the API", "description": "Who you are; what errors mean."},
+    ],
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "integer", "minimum": 1, "maximum": 999_999_999_999_999_999}
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "govflow.api.schema.add_problem_responses",
+    ],
+    # Served from the package (drf-spectacular-sidecar): no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # django-q2 with its ORM broker on the default database. ``retry`` stays well above

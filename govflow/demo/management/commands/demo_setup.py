@@ -1,4 +1,4 @@
-"""Create (or refresh) the demo logins and publish the demo workflows."""
+"""Create (or refresh) the demo logins, publish the demo workflows, and a demo API key."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+DEMO_TENANT = "demo-municipality"  # demo_start's default tenant
+DEMO_KEY_NAME = "demo integration"
 ENGINE_VIEW = ["definition", "instance", "token", "timer", "triggerdelivery", "incident"]
 OPERATOR_PERMS = [
     ("recovery", "view_operation"),
@@ -31,16 +33,29 @@ APPROVER_PERMS = [
 class Command(BaseCommand):
     help = (
         "Create the demo 'operator' and 'approver' logins with the given password and "
-        "publish the demo workflows (load_workflows)."
+        "publish the demo workflows (load_workflows). With --api-key-file, also an API key "
+        "for the demo tenant with every scope, written to that file (kept while usable). "
+        "Development only."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--password", required=True)
+        parser.add_argument("--api-key-file", default=None)
 
-    def handle(self, *args, password: str, **options):
+    def handle(self, *args, password: str, api_key_file: str | None, **options):
         self._logins(password)
         self.stdout.write("Demo logins ready: operator, approver.")
         call_command("load_workflows", stdout=self.stdout, stderr=self.stderr)
+        if api_key_file:
+            call_command(
+                "api_key_create",
+                name=DEMO_KEY_NAME,
+                tenant=DEMO_TENANT,
+                scopes=["all"],
+                file=api_key_file,
+                stdout=self.stdout,
+                stderr=self.stderr,
+            )
 
     @transaction.atomic
     def _logins(self, password: str) -> None:

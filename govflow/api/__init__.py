@@ -1,0 +1,1 @@
+"""GovFlow's REST API for integrations: ``/api/v1/`` (see ``docs/integrations.md``)."""

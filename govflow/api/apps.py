@@ -1,0 +1,14 @@
+"""App config of the REST API."""
+
+from django.apps import AppConfig
+
+
+class ApiConfig(AppConfig):
+    name = "govflow.api"
+    label = "api"
+    verbose_name = "REST API"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The OpenAPI extension for API-key authentication registers itself on import.
+        from . import schema  # noqa: F401
