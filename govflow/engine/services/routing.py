@@ -16,10 +16,19 @@ from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime, parse_duration
 
 from ..definitions import Spec
-from ..models import InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
+from ..models import (
+    DeliveryState,
+    InstanceStatus,
+    Timer,
+    Token,
+    TokenState,
+    TriggerDelivery,
+    WaitKind,
+)
+from ..states import TOKEN_ACTIVE
 from ..variables import MissingVariable, evaluate, lookup
 
-ACTIVE = {TokenState.READY, TokenState.EXECUTING, TokenState.WAITING, TokenState.OUTCOME_UNKNOWN}
+ACTIVE = TOKEN_ACTIVE
 
 
 class RouteError(Exception):
@@ -127,7 +136,9 @@ class Router:
             )
             buffered = (
                 TriggerDelivery.objects.filter(
-                    message=node["message"], correlation=str(correlation), state="received"
+                    message=node["message"],
+                    correlation=str(correlation),
+                    state=DeliveryState.RECEIVED,
                 )
                 .order_by("received_at", "pk")
                 .first()

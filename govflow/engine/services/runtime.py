@@ -63,6 +63,7 @@ from ..definitions import Spec
 from ..liveness import worker_name
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
+from ..states import TERMINAL_STATUSES, token_may_move
 from .definitions import (
     instance_pinned,
     pinned_contracts_refusal,
@@ -72,8 +73,6 @@ from .definitions import (
 from .routing import ACTIVE, RouteError, Router, derive_status
 
 log = logging.getLogger("govflow.engine")
-
-TERMINAL_STATUSES = {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
 
 
 @contextmanager
@@ -294,7 +293,20 @@ class Run:
     # -- writes (inside the caller's transaction) --------------------------------------
 
     def update_token(self, token: Token, expected: str, **values: Any) -> None:
-        """Conditional write: token still ``expected`` and the fence still live."""
+        """Conditional write: token still ``expected`` and the fence still live.
+
+        A change of state must be a move of the engine's table (``TOKEN_TRANSITIONS``);
+        any other is a bug here, refused before anything is written.
+        """
+        target = values.get("state", expected)
+        if target != expected and not token_may_move(expected, target):
+            from ..errors import EngineError
+
+            raise EngineError(
+                f"Step '{token.node_id}' (#{token.ordinal}) cannot go from {expected} to "
+                f"{target}: the engine's table of step moves does not allow it. This is a "
+                "bug in the engine; nothing was changed."
+            )
         values.setdefault("updated_at", Now())
         count = fenced_update_row(
             Token, pk=token.pk, expect={"state": expected}, fence=self.fence, values=values

@@ -38,7 +38,17 @@ from recovery.api import (
 from recovery.models import Lease
 
 from ..liveness import holder_is_dead, host_id
-from ..models import Instance, InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
+from ..models import (
+    DeliveryState,
+    Instance,
+    InstanceStatus,
+    Timer,
+    TimerState,
+    Token,
+    TokenState,
+    TriggerDelivery,
+    WaitKind,
+)
 from ..queue import BULK_BATCH, enqueue_many, enqueue_sweep
 from .runtime import step_commit, worker_name
 from .triggers import delivery_consume
@@ -116,9 +126,9 @@ def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
     )
     waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
     params = [
-        "scheduled",
+        TimerState.SCHEDULED.value,
         limit,
-        "fired",
+        TimerState.FIRED.value,
         fence.fence,
         *live_params,
         *waiting,
@@ -132,16 +142,16 @@ def _fire_orm(fence: Fence, limit: int) -> list[int]:
     """The same on SQLite: ``BEGIN IMMEDIATE`` serialises writers, so the due rows read
     here are still due when the fenced UPDATE below runs."""
     due = list(
-        Timer.objects.filter(state="scheduled", due_at__lte=Now())
+        Timer.objects.filter(state=TimerState.SCHEDULED, due_at__lte=Now())
         .order_by("due_at")
         .values_list("pk", "token_id", "instance_id")[:limit]
     )
     if not due:
         return []
     fenced_update(
-        Timer.objects.filter(pk__in=[d[0] for d in due], state="scheduled"),
+        Timer.objects.filter(pk__in=[d[0] for d in due], state=TimerState.SCHEDULED),
         fence=fence,
-        state="fired",
+        state=TimerState.FIRED,
         fire_fence=fence.fence,
         fired_at=Now(),
     )
@@ -238,7 +248,7 @@ def deliveries_retry(limit: int = 200) -> int:
     """Messages that arrived while their instance was between states get another try."""
     waiting_keys = Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER)
     candidates = (
-        TriggerDelivery.objects.filter(state="received")
+        TriggerDelivery.objects.filter(state=DeliveryState.RECEIVED)
         .filter(
             Exists(
                 waiting_keys.filter(

@@ -19,7 +19,7 @@ from recovery.api import (
 
 from ..errors import EngineConflict, InvalidRequest
 from ..limits import admit_json, admit_text, payload_max_bytes
-from ..models import Token, TokenState, TriggerDelivery, WaitKind
+from ..models import DeliveryState, Token, TokenState, TriggerDelivery, WaitKind
 from ..queue import enqueue_advance
 from .runtime import worker_name
 
@@ -90,7 +90,7 @@ def delivery_consume(*, delivery_id: int) -> bool:
 def _consume(delivery_id: int, fence) -> bool:
     """Hand the delivery over with conditional writes on ``fence`` (its own lease)."""
     delivery = TriggerDelivery.objects.get(pk=delivery_id)
-    if delivery.state != "received":
+    if delivery.state != DeliveryState.RECEIVED:
         return False
     wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
     token = (
@@ -113,9 +113,9 @@ def _consume(delivery_id: int, fence) -> bool:
         if moved != 1:
             return False
         taken = fenced_update(
-            TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+            TriggerDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.RECEIVED),
             fence=fence,
-            state="consumed",
+            state=DeliveryState.CONSUMED,
             token_id=token.pk,
             consumer_fence=fence.fence,
             consumed_at=Now(),
@@ -130,9 +130,9 @@ def _consume(delivery_id: int, fence) -> bool:
 def consume_buffered(run, token: Token, delivery: TriggerDelivery) -> None:
     """A token that starts waiting takes a message that arrived before it (instance fence)."""
     taken = fenced_update(
-        TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+        TriggerDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.RECEIVED),
         fence=run.fence,
-        state="consumed",
+        state=DeliveryState.CONSUMED,
         token_id=token.pk,
         consumer_fence=run.fence.fence,
         consumed_at=Now(),
