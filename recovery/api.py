@@ -55,6 +55,7 @@ from .projections import (
 )
 from .selectors import (
     LeaseView,
+    OperationView,
     checkpoints_of,
     decision_awaiting_exists,
     decision_evidence,
@@ -92,6 +93,7 @@ from .services.leases import (
     lease_release,
     lease_release_if_held,
     lease_renew,
+    lease_require_live,
 )
 from .services.operations import (
     SETTLED_FOR_A_NEW_ATTEMPT,
@@ -170,6 +172,7 @@ __all__ = [
     "OperationExists",
     "OperationNotFound",
     "OperationState",
+    "OperationView",
     "ProjectionMismatch",
     "RecordedOperation",
     "RecoveryError",
@@ -230,6 +233,7 @@ __all__ = [
     "lease_release",
     "lease_release_if_held",
     "lease_renew",
+    "lease_require_live",
     "leases_held",
     "leases_live",
     "operation_check_input",

@@ -53,11 +53,11 @@ from recovery.api import (
     lease_release,
     lease_release_if_held,
     lease_renew,
+    operation_get,
     operation_observe,
     projection_head_sql,
     projection_record,
 )
-from recovery.models import Operation
 
 from ..definitions import Spec
 from ..liveness import worker_name
@@ -476,11 +476,7 @@ def rehydrate(run: Run) -> None:
     incident stopped the instance) is settled with that answer, never guessed unknown.
     """
     for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
-        operation = (
-            Operation.objects.filter(key=token.operation_key).first()
-            if token.operation_key
-            else None
-        )
+        operation = operation_get(key=token.operation_key)
         if operation is not None and operation.state == OperationState.DISPATCHED:
             from .steps import settle_kept
 

@@ -20,16 +20,16 @@ from recovery.api import (
     IntegrityViolation,
     OperationState,
     RecoveryMode,
+    Subject,
     canonical_bytes,
     fingerprint_value,
     idempotency_key,
     input_guard,
+    operation_get,
     operation_key,
     operation_observe,
     operation_record,
 )
-from recovery.models import Operation
-from recovery.subjects import Subject
 
 from ..limits import payload_max_bytes
 from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
@@ -211,12 +211,8 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
     definition_fp = run.definition_fp  # re-hashed from the stored definition, not copied
     input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
     if token.idempotency_key:
-        previous = (
-            Operation.objects.filter(key=token.operation_key)
-            .values_list("input_fp", flat=True)
-            .first()
-        )
-        if previous is not None and previous != input_fp:
+        previous = operation_get(key=token.operation_key)
+        if previous is not None and previous.input_fp != input_fp:
             raise StepRejected(
                 "input_changed",
                 f"The input of step '{token.node_id}' changed since its first attempt; "

@@ -19,8 +19,7 @@ import time
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import BooleanField, CharField, Exists, F, OuterRef, Q, Value
-from django.db.models.expressions import RawSQL
+from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat, Now
 
 from recovery.api import (
@@ -31,11 +30,14 @@ from recovery.api import (
     fence_condition,
     fenced_update,
     lease_acquire,
+    lease_current,
     lease_expire,
     lease_release_if_held,
     lease_renew,
+    lease_require_live,
+    leases_held,
+    leases_live,
 )
-from recovery.models import Lease
 
 from ..liveness import holder_is_dead, host_id
 from ..models import (
@@ -66,15 +68,6 @@ def timer_batch() -> int:
     """Timers fired (and instances enqueued) in one commit; a full batch is followed at
     once by the next."""
     return int(_setting("GOVFLOW_SWEEP_TIMER_BATCH", 2000))
-
-
-def _require_live(fence: Fence, doing: str) -> None:
-    sql, params = fence_condition(fence)
-    if not Lease.objects.filter(RawSQL(sql, params, output_field=BooleanField())).exists():
-        raise StaleFence(
-            f"Cannot {doing}: {fence} is no longer the live lease (it expired or a newer "
-            "holder took over). Nothing was changed; the current holder carries on."
-        )
 
 
 def _fire_postgresql(fence: Fence, limit: int) -> list[int]:
@@ -186,7 +179,7 @@ def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
         else:
             instance_ids = _fire_orm(fence, limit)
         if not instance_ids:
-            _require_live(fence, "fire timers")
+            lease_require_live(fence=fence, doing="fire timers")
     return instance_ids
 
 
@@ -206,11 +199,10 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     may still be waiting in the queue) or a retry or poll fell due after it.
     """
     reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
-    leases = Lease.objects.filter(
-        key=Concat(Value("instance:"), Cast(OuterRef("pk"), CharField())), holder__isnull=False
-    )
-    live = leases.filter(expires_at__gt=Now())
-    orphaned = leases.filter(expires_at__lte=Now(), expires_at__gt=OuterRef("enqueued_at"))
+    lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))
+    leases = leases_held().filter(key=lease_key)
+    live = Exists(leases.filter(expires_at__gt=Now()))
+    orphaned = Exists(leases.filter(expires_at__lte=Now(), expires_at__gt=OuterRef("enqueued_at")))
     tokens = Token.objects.filter(instance=OuterRef("pk"))
     runnable = tokens.filter(
         Q(state=TokenState.EXECUTING)
@@ -226,12 +218,12 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
             status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED]
         )
         .filter(Exists(runnable))
-        .exclude(Exists(live))
+        .exclude(live)
         .filter(
             Q(enqueued_at__isnull=True)
             | Q(enqueued_at__lt=Now() - reenqueue_after)
             | Exists(fell_due)
-            | Exists(orphaned)
+            | orphaned
         )
         .values_list("pk", flat=True)[:limit]
     )
@@ -239,7 +231,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
         return 0
     with step_commit():
         # Proves this sweeper still holds its lease before it queues anything.
-        fenced_update(Lease.objects.filter(key=fence.key), fence=fence)
+        lease_require_live(fence=fence, doing="queue instances")
         enqueue_many(ids)
     return len(ids)
 
@@ -273,15 +265,18 @@ def dead_holders_expire(*, fence: Fence) -> int:
     worst, and the instance lease makes that harmless).
     """
     prefix = f"{host_id()}:"
-    live = Lease.objects.filter(
-        holder__startswith=prefix, expires_at__gt=Now(), key__startswith="instance:"
-    ).values_list("key", "holder", "fence")
     expired = 0
-    for key, holder, number in list(live):
-        if holder_is_dead(holder):
-            _require_live(fence, "expire a dead holder's lease")
-            if lease_expire(fence=Fence(key=key, holder=holder, fence=number)):
-                log.warning("lease %s of %s expired: that process no longer exists", key, holder)
+    live = leases_live().filter(holder__startswith=prefix, key__startswith="instance:")
+    for key, holder, number in list(live.values_list("key", "holder", "fence")):
+        lease = Fence(key=key, holder=holder, fence=number)
+        if holder_is_dead(lease.holder):
+            lease_require_live(fence=fence, doing="expire a dead holder's lease")
+            if lease_expire(fence=lease):
+                log.warning(
+                    "lease %s of %s expired: that process no longer exists",
+                    lease.key,
+                    lease.holder,
+                )
                 expired += 1
     if expired:
         claimed_tasks_release()
@@ -302,18 +297,6 @@ def claimed_tasks_release() -> int:
     if released:
         log.warning("%d claimed task(s) handed out again after a process died", released)
     return released
-
-
-def _sweeper_lease() -> tuple[float, Fence] | None:
-    row = (
-        Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
-        .annotate(left=F("expires_at") - Now())
-        .values_list("left", "holder", "fence")
-        .first()
-    )
-    if row is None:
-        return None
-    return row[0].total_seconds(), Fence(key=SWEEPER, holder=row[1], fence=row[2])
 
 
 class Sweeper:
@@ -371,16 +354,16 @@ class Sweeper:
         give_up = time.monotonic() + self.ttl + 1
         announced = False
         while not self.stop.is_set():
-            lease = _sweeper_lease()
-            if lease is not None and holder_is_dead(lease[1].holder):
+            lease = lease_current(SWEEPER)
+            if lease is not None and holder_is_dead(lease.fence.holder):
                 # Its process is gone (this host): take over now, not at its expiry.
-                if lease_expire(fence=lease[1]):
-                    log.warning("the sweeper %s no longer exists; taking over", lease[1].holder)
+                if lease_expire(fence=lease.fence):
+                    log.warning("the sweeper %s no longer exists; taking over", lease.fence.holder)
                     # Its cluster died with it, and with it the workers that had claimed
                     # tasks, whether or not they held an instance lease at that moment.
                     claimed_tasks_release()
                 continue
-            left = None if lease is None else lease[0]
+            left = None if lease is None else lease.left.total_seconds()
             if left is None:
                 try:
                     return lease_acquire(key=SWEEPER, holder=self.holder, ttl=self.ttl)
