@@ -16,7 +16,7 @@ from .canonical import (
     input_guard,
 )
 from .chain import Verification, chain_verify, revision_require, subject_revision
-from .db import atomic, insert_row, joined
+from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined
 from .errors import (
     AnchorStoreError,
     CanonicalError,
@@ -153,6 +153,7 @@ __all__ = [
     "DecisionError",
     "DecisionKind",
     "DecisionState",
+    "Dialect",
     "EffectOperation",
     "EmptyNonce",
     "EvidenceRejected",
@@ -204,6 +205,8 @@ __all__ = [
     "decisions_awaiting",
     "decisions_of",
     "decisions_open_of",
+    "dialect",
+    "dialect_of",
     "fact_append",
     "facts_read",
     "fence_condition",

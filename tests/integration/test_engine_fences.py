@@ -15,7 +15,8 @@ from govflow.engine.registry import registry
 from govflow.engine.services import triggers
 from govflow.engine.services.instances import instance_cancel
 from govflow.engine.services.runtime import instance_lease_key, instance_run
-from govflow.engine.services.sweep import SWEEPER, deliveries_retry, timers_fire
+from govflow.engine.services.sweep import SWEEPER, deliveries_retry
+from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver
 from recovery import api
 from recovery.models import Operation

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime, parse_duration
 
 from ..definitions import Spec
+from ..dialect import clock
 from ..models import (
     DeliveryState,
     InstanceStatus,
@@ -50,12 +50,12 @@ def due_expression(node: dict[str, Any]):
     if "at" in node:
         return parse_datetime(node["at"])
     duration = parse_duration(node["duration"])
-    return ExpressionWrapper(Now() + Value(duration), output_field=DateTimeField())
+    return ExpressionWrapper(clock() + Value(duration), output_field=DateTimeField())
 
 
 def after_seconds(seconds: float):
     return ExpressionWrapper(
-        Now() + Value(dt.timedelta(seconds=seconds)), output_field=DateTimeField()
+        clock() + Value(dt.timedelta(seconds=seconds)), output_field=DateTimeField()
     )
 
 

@@ -32,7 +32,6 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import Q
-from django.db.models.functions import Now
 
 from recovery.api import (
     ConflictError,
@@ -60,6 +59,7 @@ from recovery.api import (
 )
 
 from ..definitions import Spec
+from ..dialect import clock
 from ..liveness import worker_name
 from ..models import Incident, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
@@ -250,7 +250,7 @@ class Run:
 
     @staticmethod
     def now_expr():
-        return Now()
+        return clock()
 
     def renew_if_due(self) -> None:
         if time.monotonic() - self.renewed_at > lease_ttl() / 3:
@@ -307,7 +307,7 @@ class Run:
                 f"{target}: the engine's table of step moves does not allow it. This is a "
                 "bug in the engine; nothing was changed."
             )
-        values.setdefault("updated_at", Now())
+        values.setdefault("updated_at", clock())
         count = fenced_update_row(
             Token, pk=token.pk, expect={"state": expected}, fence=self.fence, values=values
         )
@@ -330,7 +330,7 @@ class Run:
                 Token.objects.filter(pk__in=pending.completed_joins, state=TokenState.WAITING),
                 fence=self.fence,
                 state=TokenState.COMPLETED,
-                updated_at=Now(),
+                updated_at=clock(),
             )
             for pk in pending.completed_joins:
                 self.active.pop(pk, None)
@@ -366,13 +366,13 @@ class Run:
             "variables": self.instance.variables,
             "next_ordinal": self.instance.next_ordinal,
             "status": new_status,
-            "updated_at": Now(),
+            "updated_at": clock(),
         }
         if status is not None or new_status != self.instance.status:
             values["reason"] = reason
             self.instance.reason = reason
         if new_status == InstanceStatus.COMPLETED:
-            values["completed_at"] = Now()
+            values["completed_at"] = clock()
         fenced_update_row(Instance, pk=self.instance.pk, fence=self.fence, values=values)
         self.instance.status = new_status
         router.pending = type(pending)()
@@ -412,7 +412,11 @@ class Run:
         ):
             return
         Incident.objects.create(
-            instance_id=self.instance.pk, token=token, kind=kind, message=message, created_at=Now()
+            instance_id=self.instance.pk,
+            token=token,
+            kind=kind,
+            message=message,
+            created_at=clock(),
         )
 
 
@@ -599,7 +603,7 @@ def next_runnable(run: Run) -> Token | None:
 
 def _runnable(instance_id: int, blocked: set[int]):
     runnable = Token.objects.filter(instance_id=instance_id, state=TokenState.READY).filter(
-        Q(not_before__isnull=True) | Q(not_before__lte=Now())
+        Q(not_before__isnull=True) | Q(not_before__lte=clock())
     )
     return runnable.exclude(pk__in=blocked) if blocked else runnable
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import jsonschema
 from django.contrib.auth import get_user_model
-from django.db.models.functions import Now
 
 from recovery.api import (
     CanonicalError,
@@ -31,6 +30,7 @@ from recovery.api import (
     operation_record,
 )
 
+from ..dialect import clock
 from ..limits import payload_max_bytes
 from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
 from ..projection import SUBJECT_TYPE
@@ -510,7 +510,7 @@ def keep_answer(run: Run, token: Token, key: str, result: Any) -> None:
         values.update(
             outcome=KeptAnswer.Outcome.UNKNOWN, reason=str(getattr(result, "reason", ""))[:2000]
         )
-    KeptAnswer.objects.get_or_create(operation_key=key, defaults={**values, "received_at": Now()})
+    KeptAnswer.objects.get_or_create(operation_key=key, defaults={**values, "received_at": clock()})
 
 
 def settle_kept(run: Run, token: Token, key: str) -> bool:
@@ -533,7 +533,7 @@ def settle_kept(run: Run, token: Token, key: str) -> bool:
         result = Unknown(kept.reason or "the provider's kept answer was not conclusive")
     log.info("instance %s: recording the kept answer for step '%s'", run.instance.pk, key)
     settle(run, token, node, action, key, result)
-    KeptAnswer.objects.filter(pk=kept.pk).update(applied_at=Now())
+    KeptAnswer.objects.filter(pk=kept.pk).update(applied_at=clock())
     return True
 
 

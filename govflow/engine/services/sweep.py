@@ -18,17 +18,14 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import CharField, Exists, OuterRef, Q, Value
-from django.db.models.functions import Cast, Concat, Now
+from django.db.models.functions import Cast, Concat
 
 from recovery.api import (
     Fence,
     LeaseHeld,
     StaleFence,
     anchor_if_due,
-    fence_condition,
-    fenced_update,
     lease_acquire,
     lease_current,
     lease_expire,
@@ -39,20 +36,20 @@ from recovery.api import (
     leases_live,
 )
 
-from ..liveness import holder_is_dead, host_id
+from ..dialect import clock_read
+from ..liveness import holder_is_dead, host_id, worker_name
 from ..models import (
     DeliveryState,
     Instance,
     InstanceStatus,
-    Timer,
-    TimerState,
     Token,
     TokenState,
     TriggerDelivery,
     WaitKind,
 )
-from ..queue import BULK_BATCH, enqueue_many, enqueue_sweep
-from .runtime import step_commit, worker_name
+from ..queue import enqueue_many, enqueue_sweep
+from .runtime import step_commit
+from .timers import fired_queue, timer_batch, timers_fire_only
 from .triggers import delivery_consume
 
 log = logging.getLogger("govflow.engine.sweep")
@@ -64,132 +61,6 @@ def _setting(name: str, default: float) -> float:
     return float(getattr(settings, name, default))
 
 
-def timer_batch() -> int:
-    """Timers fired (and instances enqueued) in one commit; a full batch is followed at
-    once by the next."""
-    return int(_setting("GOVFLOW_SWEEP_TIMER_BATCH", 2000))
-
-
-def _fire_postgresql(fence: Fence, limit: int) -> list[int]:
-    """Fire due timers and ready their tokens in one statement; return their instances."""
-    sql, params = fire_statement(fence, limit)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
-    """The PostgreSQL statement that fires up to ``limit`` due timers, as ``(sql, params)``.
-
-    - ``due`` locks the earliest due timers. ``SKIP LOCKED`` passes over a timer whose row
-      another transaction holds (an operator cancelling its instance): the next pass
-      fires it. A locked row was re-checked by the lock, so it is still scheduled and due.
-    - ``fired`` updates them with the fence condition inside the UPDATE: a stale sweeper's
-      statement changes nothing at all.
-    - ``ready`` makes their tokens ready; ``unqueued`` clears their instances'
-      ``enqueued_at`` ("needs a task": see :func:`timers_fire`). The UPDATEs find their rows
-      by primary key only
-      (``= ANY(ARRAY(…))``): with a join, or a condition on the token's state, the planner
-      may scan every waiting token against the batch when its statistics predate a burst
-      of new timers (seconds for 10,000 timers). A token that no longer waits on its timer
-      (its instance was cancelled) is left as it was by the ``CASE``.
-    """
-    live_sql, live_params = fence_condition(fence)
-    timer, token = Timer._meta.db_table, Token._meta.db_table
-    instance = Instance._meta.db_table
-    waits_on_timer = "state = %s AND wait_kind = %s"
-    sql = (
-        f"WITH due AS ("
-        f"  SELECT id FROM {timer} WHERE state = %s AND due_at <= STATEMENT_TIMESTAMP()"
-        f"  ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED"
-        f"), fired AS ("
-        f"  UPDATE {timer} SET state = %s, fire_fence = %s, fired_at = STATEMENT_TIMESTAMP()"
-        f"  WHERE id = ANY(ARRAY(SELECT id FROM due)) AND {live_sql}"
-        f"  RETURNING token_id, instance_id"
-        f"), ready AS ("
-        f"  UPDATE {token} SET"
-        f"    state = CASE WHEN {waits_on_timer} THEN %s ELSE state END,"
-        f"    updated_at = CASE WHEN {waits_on_timer}"
-        f"      THEN STATEMENT_TIMESTAMP() ELSE updated_at END"
-        f"  WHERE id = ANY(ARRAY(SELECT token_id FROM fired))"
-        f"), unqueued AS ("
-        f"  UPDATE {instance} SET enqueued_at = NULL"
-        f"  WHERE id = ANY(ARRAY(SELECT instance_id FROM fired))"
-        f") SELECT instance_id FROM fired"
-    )
-    waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
-    params = [
-        TimerState.SCHEDULED.value,
-        limit,
-        TimerState.FIRED.value,
-        fence.fence,
-        *live_params,
-        *waiting,
-        TokenState.READY.value,
-        *waiting,
-    ]
-    return sql, params
-
-
-def _fire_orm(fence: Fence, limit: int) -> list[int]:
-    """The same on SQLite: ``BEGIN IMMEDIATE`` serialises writers, so the due rows read
-    here are still due when the fenced UPDATE below runs."""
-    due = list(
-        Timer.objects.filter(state=TimerState.SCHEDULED, due_at__lte=Now())
-        .order_by("due_at")
-        .values_list("pk", "token_id", "instance_id")[:limit]
-    )
-    if not due:
-        return []
-    fenced_update(
-        Timer.objects.filter(pk__in=[d[0] for d in due], state=TimerState.SCHEDULED),
-        fence=fence,
-        state=TimerState.FIRED,
-        fire_fence=fence.fence,
-        fired_at=Now(),
-    )
-    Token.objects.filter(
-        pk__in=[d[1] for d in due], state=TokenState.WAITING, wait_kind=WaitKind.TIMER
-    ).update(state=TokenState.READY, updated_at=Now())
-    Instance.objects.filter(pk__in=[d[2] for d in due]).update(enqueued_at=None)
-    return [d[2] for d in due]
-
-
-def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
-    """Fire up to ``limit`` due timers (database clock), then queue their instances.
-
-    Two commits. The first records the facts — timers fired, tokens ready, and each
-    instance's ``enqueued_at`` cleared, meaning "needs a task" — in a statement or two
-    whatever the number; the second queues one ``advance`` task per instance. A sweeper
-    that stops between the two leaves nothing stranded: the next requeue pass queues every
-    runnable instance whose ``enqueued_at`` is empty. Raises :class:`StaleFence` (changing
-    nothing) when ``fence`` is no longer the sweeper's live lease.
-    """
-    instance_ids = timers_fire_only(fence=fence, limit=limit)
-    fired_queue(instance_ids)
-    return len(instance_ids)
-
-
-def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
-    """The first commit of :func:`timers_fire`: fire, ready, mark unqueued; the instances."""
-    limit = timer_batch() if limit is None else limit
-    with step_commit():
-        if connection.vendor == "postgresql":
-            instance_ids = _fire_postgresql(fence, limit)
-        else:
-            instance_ids = _fire_orm(fence, limit)
-        if not instance_ids:
-            lease_require_live(fence=fence, doing="fire timers")
-    return instance_ids
-
-
-def fired_queue(instance_ids: list[int]) -> None:
-    """Queue the instances of fired timers, a bulk INSERT per commit."""
-    for start in range(0, len(instance_ids), BULK_BATCH):
-        with step_commit():
-            enqueue_many(instance_ids[start : start + BULK_BATCH])
-
-
 def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     """Enqueue instances with runnable or orphaned work and no live lease.
 
@@ -199,19 +70,22 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     may still be waiting in the queue) or a retry or poll fell due after it.
     """
     reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
+    # The database clock, read once: a clock that moves during the statement would keep
+    # PostgreSQL from joining the EXISTS below (each would run once per instance).
+    now = clock_read()
     lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))
     leases = leases_held().filter(key=lease_key)
-    live = Exists(leases.filter(expires_at__gt=Now()))
-    orphaned = Exists(leases.filter(expires_at__lte=Now(), expires_at__gt=OuterRef("enqueued_at")))
+    live = Exists(leases.filter(expires_at__gt=now))
+    orphaned = Exists(leases.filter(expires_at__lte=now, expires_at__gt=OuterRef("enqueued_at")))
     tokens = Token.objects.filter(instance=OuterRef("pk"))
     runnable = tokens.filter(
         Q(state=TokenState.EXECUTING)
-        | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=Now()))
+        | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=now))
     )
     # A retry or poll that fell due after the instance was last queued needs a run now,
     # not after the stale-enqueue period: its backoff is what the provider asked for.
     fell_due = tokens.filter(
-        state=TokenState.READY, not_before__lte=Now(), not_before__gt=OuterRef("enqueued_at")
+        state=TokenState.READY, not_before__lte=now, not_before__gt=OuterRef("enqueued_at")
     )
     ids = list(
         Instance.objects.filter(
@@ -221,7 +95,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
         .exclude(live)
         .filter(
             Q(enqueued_at__isnull=True)
-            | Q(enqueued_at__lt=Now() - reenqueue_after)
+            | Q(enqueued_at__lt=now - reenqueue_after)
             | Exists(fell_due)
             | orphaned
         )

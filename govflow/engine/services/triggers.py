@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models.functions import Now
 
 from recovery.api import (
     LeaseHeld,
@@ -17,6 +16,7 @@ from recovery.api import (
     lease_release_if_held,
 )
 
+from ..dialect import clock
 from ..errors import EngineConflict, InvalidRequest
 from ..limits import admit_json, admit_text, payload_max_bytes
 from ..models import DeliveryState, Token, TokenState, TriggerDelivery, WaitKind
@@ -51,7 +51,7 @@ def trigger_deliver(
                 message=message,
                 correlation=correlation,
                 payload=payload,
-                received_at=Now(),
+                received_at=clock(),
             )
     except IntegrityError:
         delivery = TriggerDelivery.objects.get(delivery_id=delivery_id)
@@ -108,7 +108,7 @@ def _consume(delivery_id: int, fence) -> bool:
             fence=fence,
             state=TokenState.READY,
             payload=delivery.payload,
-            updated_at=Now(),
+            updated_at=clock(),
         )
         if moved != 1:
             return False
@@ -118,7 +118,7 @@ def _consume(delivery_id: int, fence) -> bool:
             state=DeliveryState.CONSUMED,
             token_id=token.pk,
             consumer_fence=fence.fence,
-            consumed_at=Now(),
+            consumed_at=clock(),
         )
         if taken != 1:
             transaction.set_rollback(True)
@@ -135,7 +135,7 @@ def consume_buffered(run, token: Token, delivery: TriggerDelivery) -> None:
         state=DeliveryState.CONSUMED,
         token_id=token.pk,
         consumer_fence=run.fence.fence,
-        consumed_at=Now(),
+        consumed_at=clock(),
     )
     if taken == 1:
         run.update_token(
