@@ -20,7 +20,7 @@ from django.core.signing import TimestampSigner
 from django.db import connection, connections
 from django.utils import timezone
 
-from .dialect import engine_dialect
+from .db import engine_dialect
 from .models import Instance
 
 ADVANCE = "govflow.engine.tasks.advance"
@@ -34,6 +34,7 @@ BULK_BATCH = 2000
 
 
 def enqueue_advance(instance_id: int) -> None:
+    """Queue one ``advance`` task (see :func:`enqueue_many`: in the caller's commit)."""
     enqueue_many([instance_id])
 
 
@@ -67,9 +68,9 @@ def task_package(func: str, *args: Any, group: str) -> dict[str, Any]:
 def enqueue_many(instance_ids: Iterable[int]) -> int:
     """Queue one ``advance`` task per distinct instance and stamp their ``enqueued_at``.
 
-    Call it inside the transaction whose change the tasks act on: with the ORM broker the
-    queue rows commit or roll back with it. Other brokers (and django-q2's sync mode) get
-    their packages one by one, through the broker as ``async_task`` would.
+    Needs the caller's commit: the one whose change the tasks act on, so that with the
+    ORM broker the queue rows commit or roll back with it. Other brokers (and django-q2's
+    sync mode) get their packages one by one, through the broker as ``async_task`` would.
     """
     from django_q.brokers import get_broker
     from django_q.brokers.orm import ORM
@@ -141,6 +142,7 @@ def _stamp_enqueued(ids: list[int]) -> None:
 
 
 def enqueue_sweep() -> None:
+    """Queue the fallback sweep task (django-q2's ``async_task``: its own write)."""
     from django_q.tasks import async_task
 
     async_task(SWEEP, group=SWEEP_GROUP)

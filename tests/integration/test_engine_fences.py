@@ -14,7 +14,8 @@ from govflow.engine.models import Instance, InstanceStatus, Timer, TokenState, T
 from govflow.engine.registry import registry
 from govflow.engine.services import triggers
 from govflow.engine.services.instances import instance_cancel
-from govflow.engine.services.runtime import instance_lease_key, instance_run
+from govflow.engine.services.run import instance_lease_key
+from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import SWEEPER, deliveries_retry
 from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver

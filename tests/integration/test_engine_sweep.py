@@ -15,7 +15,7 @@ from django_q.models import OrmQ
 from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
 from govflow.engine.queue import ADVANCE, ADVANCE_GROUP, SWEEP
 from govflow.engine.services import sweep, timers
-from govflow.engine.services.runtime import instance_lease_key
+from govflow.engine.services.run import instance_lease_key
 from govflow.engine.services.sweep import (
     SWEEPER,
     Sweeper,

@@ -29,14 +29,15 @@ from recovery.api import (
 )
 
 from ..contracts import action_contract, contract_changes
+from ..db import engine_commit
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
 from ..queue import enqueue_advance
 from ..registry import registry
+from ..states import TERMINAL_STATUSES
 from .instances import InstanceHeld
 from .routing import derive_status
-from .runtime import TERMINAL_STATUSES, step_commit
 
 __all__ = [
     "MIGRATE",
@@ -59,7 +60,7 @@ def _require(actor, doing: str) -> None:
 
 
 def _subject(instance_id: int) -> Subject:
-    from .steps import SUBJECT_TYPE
+    from ..projection import SUBJECT_TYPE
 
     return Subject(SUBJECT_TYPE, str(instance_id))
 
@@ -200,7 +201,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
         instance = run.instance
         if instance.status in TERMINAL_STATUSES:
             raise EngineConflict(f"Instance {instance.pk} is {instance.status}.")
-        with step_commit():
+        with engine_commit():
             _claim(migration_id, MigrationState.APPROVED, actor)
             migrated = json.loads(instance.contracts or "{}")
             migrated[migration.action] = migration.accepted

@@ -311,7 +311,7 @@ def pinned_definition_refusal(run) -> tuple[str, str] | None:
 
 
 def _subject(instance: Instance) -> Subject:
-    from .steps import SUBJECT_TYPE
+    from ..projection import SUBJECT_TYPE
 
     return Subject(SUBJECT_TYPE, str(instance.pk))
 

@@ -22,23 +22,19 @@ from recovery.api import (
 )
 
 from ..conf import operator_lease_ttl
+from ..db import engine_commit
 from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
+from ..liveness import worker_name
 from ..models import Definition, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
 from ..queue import enqueue_advance
+from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
 from .routing import Router
-from .runtime import (
-    TERMINAL_STATUSES,
-    Run,
-    _load_run,
-    instance_lease_key,
-    rehydrate,
-    step_commit,
-    worker_name,
-)
+from .run import Run, instance_lease_key, load_run
+from .settle import rehydrate
 
 __all__ = [
     "InstanceHeld",
@@ -107,7 +103,7 @@ def instance_start(
     reason = start_refusal(definition)
     if reason:
         raise InvalidRequest(f"{definition} cannot run here: {reason}")
-    with step_commit():
+    with engine_commit():
         instance = Instance.objects.create(
             definition=definition,
             definition_fp=definition.fingerprint,
@@ -161,7 +157,7 @@ class InstanceHeld:
             raise EngineConflict(
                 "A worker is advancing this instance right now; try again in a few seconds."
             ) from None
-        run = _load_run(self.instance_id, self.fence)
+        run = load_run(self.instance_id, self.fence)
         if run is None:
             lease_release(fence=self.fence)
             raise InvalidRequest(f"No instance has id {self.instance_id}.")

@@ -36,7 +36,7 @@ from recovery.api import (
     leases_live,
 )
 
-from ..dialect import clock_read
+from ..db import clock_read, engine_commit
 from ..liveness import holder_is_dead, host_id, worker_name
 from ..models import (
     DeliveryState,
@@ -48,7 +48,6 @@ from ..models import (
     WaitKind,
 )
 from ..queue import enqueue_many, enqueue_sweep
-from .runtime import step_commit
 from .timers import fired_queue, timer_batch, timers_fire_only
 from .triggers import delivery_consume
 
@@ -67,7 +66,8 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     An instance whose lease expired after its last enqueue lost its worker (killed, or
     stuck past its lease): it is queued on the next pass. Otherwise an instance is queued
     again only when its last enqueue is older than ``GOVFLOW_REENQUEUE_AFTER`` (its task
-    may still be waiting in the queue) or a retry or poll fell due after it.
+    may still be waiting in the queue) or a retry or poll fell due after it. Owns its
+    commit (the sweeper's fence proven in it, then the tasks queued).
     """
     reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
     # The database clock, read once: a clock that moves during the statement would keep
@@ -103,7 +103,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     )
     if not ids:
         return 0
-    with step_commit():
+    with engine_commit():
         # Proves this sweeper still holds its lease before it queues anything.
         lease_require_live(fence=fence, doing="queue instances")
         enqueue_many(ids)
@@ -111,7 +111,10 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
 
 
 def deliveries_retry(limit: int = 200) -> int:
-    """Messages that arrived while their instance was between states get another try."""
+    """Messages that arrived while their instance was between states get another try.
+
+    Each hand-over owns its commit (``delivery_consume``, under the delivery's lease).
+    """
     waiting_keys = Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER)
     candidates = (
         TriggerDelivery.objects.filter(state=DeliveryState.RECEIVED)
@@ -136,7 +139,7 @@ def dead_holders_expire(*, fence: Fence) -> int:
     the instance over (its lease expired after its last enqueue). django-q2 tasks a dead
     cluster had claimed stay locked for ``retry`` seconds: when a death was found, every
     claimed task is handed out again at once (a live cluster's claimed tasks run twice at
-    worst, and the instance lease makes that harmless).
+    worst, and the instance lease makes that harmless). Each expiry owns its commit.
     """
     prefix = f"{host_id()}:"
     expired = 0
@@ -162,7 +165,8 @@ def claimed_tasks_release() -> int:
 
     Called when a process of this host was found dead: the tasks its cluster had claimed
     would otherwise stay locked for django-q2's ``retry`` period. A live cluster's claimed
-    tasks may run twice; the instance lease makes the second run a no-op.
+    tasks may run twice; the instance lease makes the second run a no-op. One statement
+    (its own commit).
     """
     from django.utils import timezone
     from django_q.models import OrmQ
@@ -204,7 +208,10 @@ class Sweeper:
         """Why :meth:`run` returned: ``stopped``, ``duration``, ``skipped`` or ``lost``."""
 
     def run(self, *, duration: float | None = None, standby: bool = False) -> dict[str, int]:
-        """Sweep for ``duration`` seconds (at least one pass), or until ``stop`` is set."""
+        """Sweep for ``duration`` seconds (at least one pass), or until ``stop`` is set.
+
+        Owns its commits; outside any transaction.
+        """
         deadline = None if duration is None else time.monotonic() + duration
         while True:
             fence = self._acquire(standby=standby)
@@ -224,6 +231,7 @@ class Sweeper:
                 lease_release_if_held(fence=fence)
 
     def _acquire(self, *, standby: bool) -> Fence | None:
+        """Step 1: the sweeper's lease, or None (each attempt owns its commit)."""
         poll = min(1.0, self.ttl / 4)
         give_up = time.monotonic() + self.ttl + 1
         announced = False
@@ -259,6 +267,7 @@ class Sweeper:
         return None
 
     def _sweep(self, fence: Fence, deadline: float | None) -> None:
+        """Step 2: pass after pass under ``fence`` (each write owns its commit)."""
         last_full = last_requeue = -self.full_every
         while True:
             # A burst of due timers is fired batch after batch first (a commit each, the
@@ -298,6 +307,7 @@ def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
 
     Having swept to the end, it enqueues its successor (``chain``), which keeps a cluster
     started without GovFlow's ``qcluster`` command sweeping between the schedule's runs.
+    Owns its commits; outside any transaction.
     """
     duration = _setting("GOVFLOW_SWEEP_DURATION", 40) if duration is None else duration
     sweeper = Sweeper()

@@ -12,10 +12,9 @@ from django.db import connection
 
 from recovery.api import Fence, fence_condition, fenced_update, lease_require_live
 
-from ..dialect import EngineDialect, clock, engine_dialect
+from ..db import EngineDialect, clock, engine_commit, engine_dialect
 from ..models import Instance, Timer, TimerState, Token, TokenState, WaitKind
 from ..queue import BULK_BATCH, enqueue_many
-from .runtime import step_commit
 
 __all__ = ["fire_statement", "fired_queue", "timer_batch", "timers_fire", "timers_fire_only"]
 
@@ -48,7 +47,7 @@ def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
     """
     limit = timer_batch() if limit is None else limit
     d = engine_dialect()
-    with step_commit():
+    with engine_commit():
         if d.chained_writes:
             instance_ids = _fire_in_one_statement(d, fence, limit)
         else:
@@ -61,7 +60,7 @@ def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
 def fired_queue(instance_ids: list[int]) -> None:
     """Queue the instances of fired timers, a bulk INSERT per commit (each its own)."""
     for start in range(0, len(instance_ids), BULK_BATCH):
-        with step_commit():
+        with engine_commit():
             enqueue_many(instance_ids[start : start + BULK_BATCH])
 
 

@@ -7,10 +7,9 @@ import types
 import pytest
 from django.db import connection
 
-from govflow.engine.dialect import clock, clock_read, engine_dialect
+from govflow.engine.db import clock, clock_read, engine_commit, engine_dialect
 from govflow.engine.models import Instance, Timer, Token, TokenState
 from govflow.engine.services import timers
-from govflow.engine.services.runtime import step_commit
 from govflow.engine.services.sweep import SWEEPER
 from recovery import api
 from tests.dbclock import db_now
@@ -64,7 +63,7 @@ def test_a_sweeper_that_loses_its_lease_between_statements_changes_nothing(monke
         return count
 
     monkeypatch.setattr(timers, "fenced_update", then_the_lease_lapses)
-    with pytest.raises(api.StaleFence), step_commit():
+    with pytest.raises(api.StaleFence), engine_commit():
         timers._fire_statement_by_statement(fence, 10)
     assert written == [Timer], "the tokens' write was refused by the fence"
     assert set(Timer.objects.values_list("state", flat=True)) == {"scheduled"}

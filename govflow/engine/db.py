@@ -1,4 +1,7 @@
-"""The engine's few SQL differences between PostgreSQL and SQLite, and its one clock.
+"""The engine's database layer: its commit, its one clock, and its few SQL differences.
+
+``engine_commit`` is the transaction of every engine write — a run's step, an instance
+start, a sweeper batch.
 
 The recovery core keeps its per-database fragments in one ``Dialect``
 (``recovery.api.dialect``). The engine's own raw statements — firing due timers, queueing
@@ -18,15 +21,34 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.db import connection as default_connection
 from django.db.models.functions import Now
 
-from recovery.api import Dialect, dialect_of
+from recovery.api import Dialect, atomic, dialect_of, joined
 
-__all__ = ["Clock", "EngineDialect", "clock", "clock_read", "engine_dialect"]
+__all__ = [
+    "Clock",
+    "EngineDialect",
+    "clock",
+    "clock_read",
+    "engine_commit",
+    "engine_dialect",
+]
+
+
+@contextmanager
+def engine_commit() -> Iterator[None]:
+    """One engine commit (owns it): a run's step, an instance start, a sweeper batch.
+
+    The ledger's writes inside it join it without savepoints. Nested in another engine
+    commit it joins that one; any error rolls the whole commit back (all or nothing).
+    """
+    with atomic(), joined():
+        yield
 
 
 @dataclass(frozen=True)
