@@ -1,6 +1,6 @@
 """Engine states, and the one table of the moves a step (token) may make.
 
-Persisted values: never rename or reuse one. ``docs/recovery.md`` ("Step states") shows
+Persisted values: never rename or reuse one. ``docs/architecture.md`` ("Step states") shows
 the token table, ``tests/unit/test_engine_states.py`` enumerates it, and every change of a
 token's state the engine makes through ``Run.update_token`` is checked against it.
 """

@@ -18,7 +18,7 @@ from govflow.engine.states import (
     token_may_move,
 )
 
-# The documented table (docs/recovery.md, "Step states"), written out independently.
+# The documented table (docs/architecture.md, "Step states"), written out independently.
 ALLOWED = {
     ("ready", "executing"),
     ("ready", "completed"),
