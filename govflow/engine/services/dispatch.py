@@ -3,7 +3,7 @@
 ``plan_action`` checks and prepares a module action (gates, input, schema, preview,
 authority, fingerprints, keys) and records nothing. ``dispatch`` writes the boundary:
 token ``executing`` and the ledger operation ``dispatched``. ``dispatch_next`` does the
-same for the next step inside the commit of the step before it (protocol step 4 in
+same for the next step inside the commit of the step before it (protocol step 5 in
 ``runtime``) and returns what the loop must do next as a value: :class:`Chain`,
 :class:`Defer`, or None.
 """

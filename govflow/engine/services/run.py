@@ -1,9 +1,10 @@
 """The run: one worker's view of one instance while it holds the instance's lease.
 
-This module owns the ``Run`` object and everything that ends a write of it: the engine
-commit (``engine_commit``, ``Run.commit``), the projection's seal (a ``projection``
-checkpoint when no ledger write carried the new fingerprint), and the release of the
-lease in the commit that ends the instance — the one place that releases it then.
+This module owns the ``Run`` object and everything that ends a write of it: its commit
+(``Run.commit``, an engine commit of ``db.engine_commit``), the projection's seal (a
+``projection`` checkpoint when no ledger write carried the new fingerprint), and the
+release of the lease in the commit that ends the instance — the one place that releases
+it then. Its routed rows and instance row are written by ``writes``.
 Planning, dispatching and settling steps live above it (``dispatch``, ``settle``,
 ``steps``); the loop that drives them is ``runtime``. The protocol is in ``runtime``'s
 docstring.

@@ -1,6 +1,6 @@
 """Settling a step: what its provider answered (or did not), written with the projection.
 
-``settle`` is commit 2 of a non-atomic step (protocol step 4 in ``runtime``): the
+``settle`` is commit 2 of a non-atomic step (protocol step 5 in ``runtime``): the
 observation in the ledger and the token, next tokens and variables together — and, when
 it can, the next step's dispatch (``dispatch.dispatch_next``), which it returns as the
 loop's next move. ``rehydrate`` settles what a previous holder of the lease left
