@@ -32,11 +32,12 @@ from recovery.api import (
     operation_record,
 )
 
+from ..conf import lease_ttl
 from ..models import Token, TokenState
 from ..registry import ActionDefinition, registry
 from ..results import ActionContext
 from ..variables import MissingVariable, build_input
-from .run import Run, lease_ttl
+from .run import Run
 
 __all__ = [
     "Chain",

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 
 from recovery.api import (
@@ -39,6 +38,7 @@ from recovery.api import (
     projection_record,
 )
 
+from ..conf import lease_ttl
 from ..db import clock, engine_commit
 from ..definitions import Spec
 from ..errors import EngineConflict, EngineError
@@ -54,25 +54,10 @@ __all__ = [
     "Run",
     "incident_message",
     "instance_lease_key",
-    "lease_ttl",
     "load_run",
-    "max_steps",
-    "run_budget",
 ]
 
 log = logging.getLogger("govflow.engine")
-
-
-def lease_ttl() -> float:
-    return float(getattr(settings, "GOVFLOW_LEASE_TTL", 30))
-
-
-def run_budget() -> float:
-    return float(getattr(settings, "GOVFLOW_RUN_BUDGET", 25))
-
-
-def max_steps() -> int:
-    return int(getattr(settings, "GOVFLOW_MAX_STEPS_PER_RUN", 500))
 
 
 def instance_lease_key(instance_id: int) -> str:

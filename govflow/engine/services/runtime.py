@@ -56,6 +56,7 @@ from recovery.api import (
     lease_release_if_held,
 )
 
+from ..conf import lease_ttl, max_steps_per_run, run_budget
 from ..db import clock, engine_commit
 from ..liveness import worker_name
 from ..models import InstanceStatus, Token, TokenState
@@ -69,10 +70,7 @@ from .run import (
     INTEGRITY_BLOCK,
     Run,
     instance_lease_key,
-    lease_ttl,
     load_run,
-    max_steps,
-    run_budget,
 )
 from .settle import rehydrate
 from .steps import run_chained, run_token
@@ -166,7 +164,7 @@ def _loop(run: Run, report: RunReport) -> None:
     # Stop starting steps well inside django-q2's task timeout: a worker killed by that
     # timeout mid-step would leave an outcome_unknown behind for nothing.
     run.deadline = time.monotonic() + run_budget()
-    run.steps_left = max_steps()
+    run.steps_left = max_steps_per_run()
     next_step: Next = None
     while True:
         if isinstance(next_step, Chain):

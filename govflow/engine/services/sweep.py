@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 
-from django.conf import settings
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat
 
@@ -36,6 +35,14 @@ from recovery.api import (
     leases_live,
 )
 
+from ..conf import (
+    reenqueue_after,
+    sweep_duration,
+    sweep_full_every,
+    sweep_lease_ttl,
+    sweep_tick,
+    sweep_timer_batch,
+)
 from ..db import clock_read, engine_commit
 from ..liveness import holder_is_dead, host_id, worker_name
 from ..models import (
@@ -48,16 +55,12 @@ from ..models import (
     WaitKind,
 )
 from ..queue import enqueue_many, enqueue_sweep
-from .timers import fired_queue, timer_batch, timers_fire_only
+from .timers import fired_queue, timers_fire_only
 from .triggers import delivery_consume
 
 log = logging.getLogger("govflow.engine.sweep")
 
 SWEEPER = "govflow:sweeper"
-
-
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
 
 
 def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
@@ -69,7 +72,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     may still be waiting in the queue) or a retry or poll fell due after it. Owns its
     commit (the sweeper's fence proven in it, then the tasks queued).
     """
-    reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
+    stale_after = dt.timedelta(seconds=reenqueue_after())
     # The database clock, read once: a clock that moves during the statement would keep
     # PostgreSQL from joining the EXISTS below (each would run once per instance).
     now = clock_read()
@@ -95,7 +98,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
         .exclude(live)
         .filter(
             Q(enqueued_at__isnull=True)
-            | Q(enqueued_at__lt=now - reenqueue_after)
+            | Q(enqueued_at__lt=now - stale_after)
             | Exists(fell_due)
             | orphaned
         )
@@ -199,10 +202,10 @@ class Sweeper:
     def __init__(self, *, stop: threading.Event | None = None, holder: str | None = None):
         self.stop = stop if stop is not None else threading.Event()
         self.holder = holder or worker_name()
-        self.ttl = _setting("GOVFLOW_SWEEP_LEASE_TTL", 10)
-        self.tick = _setting("GOVFLOW_SWEEP_TICK", 0.25)
-        self.full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)
-        self.batch = timer_batch()
+        self.ttl = sweep_lease_ttl()
+        self.tick = sweep_tick()
+        self.full_every = sweep_full_every()
+        self.batch = sweep_timer_batch()
         self.stats = {"timers": 0, "dead": 0, "requeued": 0, "deliveries": 0, "passes": 0}
         self.ended = ""
         """Why :meth:`run` returned: ``stopped``, ``duration``, ``skipped`` or ``lost``."""
@@ -309,7 +312,7 @@ def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
     started without GovFlow's ``qcluster`` command sweeping between the schedule's runs.
     Owns its commits; outside any transaction.
     """
-    duration = _setting("GOVFLOW_SWEEP_DURATION", 40) if duration is None else duration
+    duration = sweep_duration() if duration is None else duration
     sweeper = Sweeper()
     stats = sweeper.run(duration=duration)
     if sweeper.ended == "skipped":

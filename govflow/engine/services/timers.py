@@ -7,22 +7,16 @@ lease, by the database clock (invariant I9), with every write conditional on tha
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import connection
 
 from recovery.api import Fence, fence_condition, fenced_update, lease_require_live
 
+from ..conf import sweep_timer_batch
 from ..db import EngineDialect, clock, engine_commit, engine_dialect
 from ..models import Instance, Timer, TimerState, Token, TokenState, WaitKind
 from ..queue import BULK_BATCH, enqueue_many
 
-__all__ = ["fire_statement", "fired_queue", "timer_batch", "timers_fire", "timers_fire_only"]
-
-
-def timer_batch() -> int:
-    """Timers fired (and instances enqueued) in one commit; a full batch is followed at
-    once by the next."""
-    return int(getattr(settings, "GOVFLOW_SWEEP_TIMER_BATCH", 2000))
+__all__ = ["fire_statement", "fired_queue", "timers_fire", "timers_fire_only"]
 
 
 def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
@@ -45,7 +39,7 @@ def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
 
     Returns the instances of the fired timers.
     """
-    limit = timer_batch() if limit is None else limit
+    limit = sweep_timer_batch() if limit is None else limit
     d = engine_dialect()
     with engine_commit():
         if d.chained_writes:

@@ -17,6 +17,7 @@ from recovery.api import (
     lease_release_if_held,
 )
 
+from ..conf import delivery_lease_ttl
 from ..db import clock
 from ..errors import EngineConflict, InvalidRequest
 from ..limits import admit_json, admit_text, payload_max_bytes
@@ -79,7 +80,9 @@ def delivery_consume(*, delivery_id: int) -> bool:
     Owns its commits (the lease's, and the hand-over's). Returns whether it handed it over.
     """
     try:
-        fence = lease_acquire(key=f"trigger:{delivery_id}", holder=worker_name(), ttl=30)
+        fence = lease_acquire(
+            key=f"trigger:{delivery_id}", holder=worker_name(), ttl=delivery_lease_ttl()
+        )
     except LeaseHeld:
         return False
     try:
