@@ -83,6 +83,51 @@ def test_every_core_module_imports_only_floors_below_it():
     assert not upward, f"imports that point up or round (a circle): {upward}"
 
 
+def engine_modules() -> list[str]:
+    package = ROOT / "govflow" / "engine"
+    names = []
+    for path in sorted(package.rglob("*.py")):
+        if "migrations" in path.parts or path.name == "__init__.py":
+            continue
+        names.append(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    return names
+
+
+def circles(modules: list[str]) -> list[list[str]]:
+    """The import circles among ``modules`` (strongly connected groups of two or more)."""
+    edges = {m: [n for n in imported(m) if n in modules and n != m] for m in modules}
+    order, low, stack, found, counter = {}, {}, [], [], [0]
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = counter[0]
+        counter[0] += 1
+        stack.append(module)
+        for other in edges[module]:
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in modules:
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_module_of_the_engine_is_part_of_an_import_circle():
+    assert circles(engine_modules()) == []
+
+
 def test_the_core_reaches_the_recovery_core_only_through_its_api():
     inner = {
         module: sorted(

@@ -20,12 +20,9 @@ from recovery.api import (
     FingerprintKind,
     Subject,
     canonical_bytes,
-    chain_verify,
     fact_append,
-    facts_read,
     fenced_update_row,
     fingerprint_value,
-    incident_open,
 )
 
 from ..contracts import action_contract, contract_changes
@@ -37,6 +34,7 @@ from ..queue import enqueue_advance
 from ..registry import registry
 from ..states import TERMINAL_STATUSES
 from .instances import InstanceHeld
+from .migrated import MIGRATED, approved_contracts
 from .routing import derive_status
 
 __all__ = [
@@ -50,7 +48,6 @@ __all__ = [
 
 MIGRATE = "engine.migrate_instance"
 REQUESTED = "engine.migration_requested"
-MIGRATED = "engine.contract_migrated"
 REJECTED = "engine.migration_rejected"
 
 
@@ -246,31 +243,3 @@ def instance_migrate_reject(*, migration_id: int, actor, note: str) -> ContractM
         )
     migration.refresh_from_db()
     return migration
-
-
-def approved_contracts(instance_id: int, migrated: str) -> str:
-    """'' when ``migrated`` is exactly what the approved migrations on the chain say.
-
-    Otherwise why not: the chain does not verify (an integrity incident is opened with
-    its position), or the instance's own contracts differ from the approved ones.
-    """
-    subject = _subject(instance_id)
-    verification = chain_verify(subject)
-    if not verification.ok:
-        incident_open(verification=verification)
-        return (
-            f"Instance {instance_id} runs under migrated action contracts, but its chain "
-            f"does not verify ({verification.reason}), so the migrations cannot be trusted. "
-            "Nothing runs on it until the incident is investigated."
-        )
-    approved: dict[str, dict] = {}
-    for fact in facts_read(subject=subject, kind=MIGRATED):
-        approved[fact["action"]] = fact["contract"]
-    if canonical_bytes(approved).decode() == migrated:
-        return ""
-    return (
-        f"Instance {instance_id}'s migrated action contracts do not match the migrations "
-        "approved on its chain: they were changed in the database. Nothing runs on it. "
-        "Restore the instance row from a backup and re-verify the integrity incident, or "
-        "cancel the instance."
-    )

@@ -43,6 +43,7 @@ from ..errors import DefinitionConflict, InvalidRequest
 from ..limits import admit_text, definition_max_bytes
 from ..models import Definition, Instance
 from ..registry import registry
+from .migrated import approved_contracts
 
 __all__ = [
     "Pinned",
@@ -427,8 +428,6 @@ def _migrations_verified(instance_id: int, created_at, migrated: str) -> None:
     Once per instance and stored content: only a success is cached (a failure raises), so
     a repaired instance is trusted again as soon as it verifies.
     """
-    from .contract_migrations import approved_contracts
-
     problem = approved_contracts(instance_id, migrated)
     if problem:
         raise _Untrusted(problem)
