@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 from django.db import IntegrityError, transaction
-from django.db.models.functions import Now
 
 from recovery.api import (
     FingerprintKind,
@@ -26,7 +25,7 @@ from recovery.api import (
 )
 
 from ..contracts import action_contract, contract_changes
-from ..db import engine_commit
+from ..db import clock, engine_commit
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
@@ -128,7 +127,7 @@ def instance_migrate_request(
                 accepted=current,
                 rationale=rationale,
                 requested_by=actor,
-                requested_at=Now(),
+                requested_at=clock(),
             )
             fact_append(
                 subject=_subject(instance_id),
@@ -166,7 +165,7 @@ def _open(migration_id: int) -> ContractMigration:
 def _claim(migration_id: int, state: str, actor, note: str = "") -> None:
     claimed = ContractMigration.objects.filter(
         pk=migration_id, state=MigrationState.REQUESTED
-    ).update(state=state, decided_by=actor, decided_at=Now(), note=note)
+    ).update(state=state, decided_by=actor, decided_at=clock(), note=note)
     if claimed != 1:
         raise EngineConflict(
             f"Migration {migration_id} is no longer awaiting approval (someone else "
@@ -213,7 +212,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
                     "approved_by": actor.pk,
                 },
             )
-            values = {"contracts": canonical_bytes(migrated).decode(), "updated_at": Now()}
+            values = {"contracts": canonical_bytes(migrated).decode(), "updated_at": clock()}
             if instance.status == InstanceStatus.BLOCKED:
                 # The next run decides again; an instance still blocked for another reason
                 # (an unknown outcome) keeps that reason.

@@ -20,7 +20,6 @@ from typing import Any
 
 from django.apps import apps
 from django.db import IntegrityError, connection, transaction
-from django.db.models.functions import Now
 
 from recovery.api import (
     CanonicalError,
@@ -38,6 +37,7 @@ from ..contracts import (
     pinned_fingerprint,
     stored_fingerprint,
 )
+from ..db import clock
 from ..definitions import DefinitionInvalid, Spec, parse_definition
 from ..errors import DefinitionConflict, InvalidRequest
 from ..limits import admit_text, definition_max_bytes
@@ -99,7 +99,7 @@ def definition_publish(*, document: Any, source: str = "", actor=None) -> Defini
                 contracts=pinned,
                 fingerprint=fp,
                 source=source,
-                published_at=Now(),
+                published_at=clock(),
                 published_by=actor,
             )
     except IntegrityError:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models.functions import Now
-
 from recovery.api import (
     FingerprintKind,
     LeaseHeld,
@@ -22,7 +20,7 @@ from recovery.api import (
 )
 
 from ..conf import operator_lease_ttl
-from ..db import engine_commit
+from ..db import clock, engine_commit
 from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
@@ -111,8 +109,8 @@ def instance_start(
             variables=variables,
             access=access,
             started_by=actor,
-            created_at=Now(),
-            updated_at=Now(),
+            created_at=clock(),
+            updated_at=clock(),
             next_ordinal=2,
         )
         start = Token.objects.create(
@@ -120,8 +118,8 @@ def instance_start(
             node_id=spec_of(definition).start,
             ordinal=1,
             state=TokenState.READY,
-            created_at=Now(),
-            updated_at=Now(),
+            created_at=clock(),
+            updated_at=clock(),
         )
         # The projection is under the chain from its first commit (invariant I12).
         projection_record(
