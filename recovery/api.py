@@ -16,7 +16,7 @@ from .canonical import (
     input_guard,
 )
 from .chain import Verification, chain_verify, revision_require, subject_revision
-from .db import atomic, insert_row, joined
+from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined
 from .errors import (
     AnchorStoreError,
     CanonicalError,
@@ -55,6 +55,7 @@ from .projections import (
 )
 from .selectors import (
     LeaseView,
+    OperationView,
     checkpoints_of,
     decision_awaiting_exists,
     decision_evidence,
@@ -92,6 +93,7 @@ from .services.leases import (
     lease_release,
     lease_release_if_held,
     lease_renew,
+    lease_require_live,
 )
 from .services.operations import (
     SETTLED_FOR_A_NEW_ATTEMPT,
@@ -151,6 +153,7 @@ __all__ = [
     "DecisionError",
     "DecisionKind",
     "DecisionState",
+    "Dialect",
     "EffectOperation",
     "EmptyNonce",
     "EvidenceRejected",
@@ -170,6 +173,7 @@ __all__ = [
     "OperationExists",
     "OperationNotFound",
     "OperationState",
+    "OperationView",
     "ProjectionMismatch",
     "RecordedOperation",
     "RecoveryError",
@@ -201,6 +205,8 @@ __all__ = [
     "decisions_awaiting",
     "decisions_of",
     "decisions_open_of",
+    "dialect",
+    "dialect_of",
     "fact_append",
     "facts_read",
     "fence_condition",
@@ -230,6 +236,7 @@ __all__ = [
     "lease_release",
     "lease_release_if_held",
     "lease_renew",
+    "lease_require_live",
     "leases_held",
     "leases_live",
     "operation_check_input",

@@ -48,12 +48,19 @@ _SQLITE = Dialect(
 
 
 def dialect() -> Dialect:
-    if connection.vendor == "postgresql":
+    """The fragments for the default database, where the ledger lives."""
+    return dialect_of(connection)
+
+
+def dialect_of(conn) -> Dialect:
+    """The fragments for the database behind ``conn`` (a Django connection)."""
+    if conn.vendor == "postgresql":
         return _POSTGRES
-    if connection.vendor == "sqlite":
+    if conn.vendor == "sqlite":
         return _SQLITE
     raise NotImplementedError(
-        f"The recovery ledger supports PostgreSQL and SQLite, not {connection.vendor}."
+        f"GovFlow supports PostgreSQL and SQLite, not {conn.vendor}: its ledger and "
+        "engine use a few statements of each (recovery/db.py). Use one of the two."
     )
 
 

@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import BooleanField, Exists, F, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
@@ -24,6 +25,7 @@ from .subjects import Subject
 
 __all__ = [
     "LeaseView",
+    "OperationView",
     "checkpoints_of",
     "decision_awaiting_exists",
     "decision_evidence",
@@ -48,9 +50,44 @@ def operations_of(subject: Subject) -> QuerySet[Operation]:
     )
 
 
-def operation_get(*, key: str) -> Operation | None:
-    """The operation with ``key``, or None when the ledger has none."""
-    return Operation.objects.filter(key=key).first() if key else None
+@dataclass(frozen=True)
+class OperationView:
+    """One ledger operation as its readers need it: where it stands, and what it was for."""
+
+    key: str
+    subject: Subject
+    step_id: str
+    state: str
+    input_fp: str
+    idempotency_fp: str
+
+
+def operation_get(*, key: str) -> OperationView | None:
+    """The operation with ``key``, or None when the ledger has none.
+
+    One statement by the unique key, no model instance: the engine asks on its own paths
+    (rehydration, a poll or retry of a step).
+    """
+    if not key:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT key, subject_type, subject_id, step_id, state, input_fp, idempotency_fp "
+            f"FROM {Operation._meta.db_table} WHERE key = %s",
+            [key],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    key, subject_type, subject_id, step_id, state, input_fp, idempotency_fp = row
+    return OperationView(
+        key=key,
+        subject=Subject(subject_type, subject_id),
+        step_id=step_id,
+        state=state,
+        input_fp=input_fp,
+        idempotency_fp=idempotency_fp,
+    )
 
 
 def decisions_of(subject: Subject) -> QuerySet[Decision]:

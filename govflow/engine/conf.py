@@ -17,6 +17,7 @@ __all__ = [
     "SETTINGS",
     "Setting",
     "definition_max_bytes",
+    "delivery_lease_ttl",
     "lease_ttl",
     "max_steps_per_run",
     "operator_lease_ttl",
@@ -81,6 +82,16 @@ OPERATOR_LEASE_TTL = Setting(
     "the instance lease an operator's change holds while it is made (cancel, retry, an "
     "approval, a decision's approval, a contract migration); released when the change "
     'commits. While a worker holds the instance, the change is refused with "try again".',
+)
+DELIVERY_LEASE_TTL = Setting(
+    "GOVFLOW_DELIVERY_LEASE_TTL",
+    30,
+    float,
+    "seconds",
+    False,
+    "the lease a trigger message's hand-over to its waiting step holds (one short commit). "
+    "A consumer that dies mid-way leaves the message received; the sweep hands it over "
+    "once this lease has expired.",
 )
 MAX_STEPS_PER_RUN = Setting(
     "GOVFLOW_MAX_STEPS_PER_RUN",
@@ -188,6 +199,7 @@ PAYLOAD_MAX_BYTES = Setting(
 SETTINGS: tuple[Setting, ...] = (
     LEASE_TTL,
     OPERATOR_LEASE_TTL,
+    DELIVERY_LEASE_TTL,
     MAX_STEPS_PER_RUN,
     RUN_BUDGET,
     REENQUEUE_AFTER,
@@ -208,6 +220,10 @@ def lease_ttl() -> float:
 
 def operator_lease_ttl() -> float:
     return OPERATOR_LEASE_TTL.value()
+
+
+def delivery_lease_ttl() -> float:
+    return DELIVERY_LEASE_TTL.value()
 
 
 def max_steps_per_run() -> int:

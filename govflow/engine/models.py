@@ -6,6 +6,25 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
+
+__all__ = [
+    "ContractMigration",
+    "Definition",
+    "DeliveryState",
+    "Incident",
+    "Instance",
+    "InstanceStatus",
+    "KeptAnswer",
+    "MigrationState",
+    "Timer",
+    "TimerState",
+    "Token",
+    "TokenState",
+    "TriggerDelivery",
+    "WaitKind",
+]
+
 
 class Definition(models.Model):
     """A published, immutable workflow version. A new version is a new row."""
@@ -44,15 +63,6 @@ class Definition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} v{self.version}"
-
-
-class InstanceStatus(models.TextChoices):
-    RUNNING = "running", "Running"
-    WAITING = "waiting", "Waiting"
-    BLOCKED = "blocked", "Blocked (needs an operator)"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
 
 
 class Instance(models.Model):
@@ -96,26 +106,6 @@ class Instance(models.Model):
 
     def __str__(self) -> str:
         return f"Instance {self.pk} of {self.definition_id} ({self.status})"
-
-
-class TokenState(models.TextChoices):
-    READY = "ready", "Ready"
-    EXECUTING = "executing", "Executing"
-    WAITING = "waiting", "Waiting"
-    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-
-
-class WaitKind(models.TextChoices):
-    TIMER = "timer", "Timer"
-    TRIGGER = "trigger", "Trigger message"
-    APPROVAL = "approval", "Human approval"
-    EXTERNAL = "external", "External worker"
-    POLL = "poll", "Pending provider (poll)"
-    RETRY = "retry", "Retry backoff"
-    JOIN = "join", "Parallel join"
 
 
 class Token(models.Model):
@@ -163,7 +153,9 @@ class Timer(models.Model):
     instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="timers")
     token = models.OneToOneField(Token, on_delete=models.CASCADE, related_name="timer")
     due_at = models.DateTimeField()
-    state = models.CharField(max_length=10, default="scheduled")
+    state = models.CharField(
+        max_length=10, choices=TimerState.choices, default=TimerState.SCHEDULED
+    )
     fire_fence = models.BigIntegerField(default=0, help_text="Fence of the sweep that fired it.")
     fired_at = models.DateTimeField(null=True, blank=True)
 
@@ -182,7 +174,9 @@ class TriggerDelivery(models.Model):
     message = models.CharField(max_length=200)
     correlation = models.CharField(max_length=200)
     payload = models.JSONField(default=dict)
-    state = models.CharField(max_length=10, default="received")
+    state = models.CharField(
+        max_length=10, choices=DeliveryState.choices, default=DeliveryState.RECEIVED
+    )
     token = models.ForeignKey(
         Token, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
     )

@@ -18,8 +18,10 @@ from typing import Any
 
 from django.core.signing import TimestampSigner
 from django.db import connection, connections
-from django.db.models.functions import Now
 from django.utils import timezone
+
+from .db import engine_dialect
+from .models import Instance
 
 ADVANCE = "govflow.engine.tasks.advance"
 ADVANCE_GROUP = "govflow-advance"
@@ -32,6 +34,7 @@ BULK_BATCH = 2000
 
 
 def enqueue_advance(instance_id: int) -> None:
+    """Queue one ``advance`` task (see :func:`enqueue_many`: in the caller's commit)."""
     enqueue_many([instance_id])
 
 
@@ -65,14 +68,13 @@ def task_package(func: str, *args: Any, group: str) -> dict[str, Any]:
 def enqueue_many(instance_ids: Iterable[int]) -> int:
     """Queue one ``advance`` task per distinct instance and stamp their ``enqueued_at``.
 
-    Call it inside the transaction whose change the tasks act on: with the ORM broker the
-    queue rows commit or roll back with it. Other brokers (and django-q2's sync mode) get
-    their packages one by one, through the broker as ``async_task`` would.
+    Needs the caller's commit: the one whose change the tasks act on, so that with the
+    ORM broker the queue rows commit or roll back with it. Other brokers (and django-q2's
+    sync mode) get their packages one by one, through the broker as ``async_task`` would.
     """
     from django_q.brokers import get_broker
     from django_q.brokers.orm import ORM
     from django_q.conf import Conf
-    from django_q.models import OrmQ
     from django_q.signals import pre_enqueue
     from django_q.signing import PickleSerializer
     from django_q.tasks import async_task
@@ -98,15 +100,7 @@ def enqueue_many(instance_ids: Iterable[int]) -> int:
         if isinstance(broker, ORM):
             # What ``ORM.enqueue`` writes, row for row: the lock is "now", so the task is
             # free to be claimed at once.
-            key = broker.list_key or Conf.CLUSTER_NAME
-            now = timezone.now()
-            if connections[Conf.ORM].vendor == "postgresql":
-                _insert_packages(Conf.ORM, key, packages, now)
-            else:
-                OrmQ.objects.using(Conf.ORM).bulk_create(
-                    [OrmQ(key=key, payload=package, lock=now) for package in packages],
-                    batch_size=BULK_BATCH,
-                )
+            _insert_packages(Conf.ORM, broker.list_key or Conf.CLUSTER_NAME, packages)
         else:
             for package in packages:
                 broker.enqueue(package)
@@ -115,35 +109,40 @@ def enqueue_many(instance_ids: Iterable[int]) -> int:
     return len(ids)
 
 
-def _insert_packages(alias: str, key: str, packages: list[str], lock) -> None:
-    """PostgreSQL: every package in one INSERT with one array parameter."""
+def _insert_packages(alias: str, key: str, packages: list[str]) -> None:
+    """Every package in one INSERT with one list parameter, in the caller's transaction."""
     from django_q.models import OrmQ
 
-    table = connections[alias].ops.quote_name(OrmQ._meta.db_table)
-    with connections[alias].cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (key, payload, lock) "
-            "SELECT %s, payload, %s FROM unnest(%s::text[]) AS payload",
-            [key, lock, packages],
-        )
+    connection = connections[alias]
+    d = engine_dialect(connection)
+    lock = OrmQ._meta.get_field("lock").get_db_prep_value(timezone.now(), connection)
+    table = connection.ops.quote_name(OrmQ._meta.db_table)
+    for start in range(0, len(packages), BULK_BATCH):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (key, payload, lock) SELECT %s, value, %s FROM {d.text_rows}",
+                [key, lock, d.list_param(packages[start : start + BULK_BATCH])],
+            )
 
 
 def _stamp_enqueued(ids: list[int]) -> None:
-    from .models import Instance
+    """Stamp the instances' ``enqueued_at`` (database clock), in the caller's transaction.
 
-    if connection.vendor == "postgresql":
-        # One array parameter instead of an IN list of thousands: one prepared statement.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {Instance._meta.db_table} SET enqueued_at = STATEMENT_TIMESTAMP() "
-                "WHERE id = ANY(%s)",
-                [ids],
-            )
-    else:
-        Instance.objects.filter(pk__in=ids).update(enqueued_at=Now())
+    Not fenced: ``enqueued_at`` is no state of the instance, only when a task for it was
+    last queued (the sweep's hint), and every caller queues under its own authority (the
+    instance's, the sweeper's, a delivery's lease) or creates the instance.
+    """
+    d = engine_dialect()
+    with connection.cursor() as cursor:
+        # One list parameter instead of an IN list of thousands: one prepared statement.
+        cursor.execute(
+            f"UPDATE {Instance._meta.db_table} SET enqueued_at = {d.now} WHERE id {d.id_in}",
+            [d.list_param(ids)],
+        )
 
 
 def enqueue_sweep() -> None:
+    """Queue the fallback sweep task (django-q2's ``async_task``: its own write)."""
     from django_q.tasks import async_task
 
     async_task(SWEEP, group=SWEEP_GROUP)

@@ -25,7 +25,7 @@ from .models import (
 from .projection import SUBJECT_TYPE
 from .registry import ActionDefinition, registry
 from .services.definitions import trusted_spec
-from .services.runtime import TERMINAL_STATUSES
+from .states import TERMINAL_STATUSES
 
 __all__ = [
     "TERMINAL_STATUSES",

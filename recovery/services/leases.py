@@ -39,6 +39,7 @@ __all__ = [
     "lease_release",
     "lease_release_if_held",
     "lease_renew",
+    "lease_require_live",
 ]
 
 _TABLE = Lease._meta.db_table
@@ -240,3 +241,17 @@ def fenced_update_row(
         if count == 0 and not Lease.objects.filter(_live(fence)).exists():
             raise _stale(fence, "write")
     return count
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+def lease_require_live(*, fence: Fence, doing: str) -> None:
+    """Raise :class:`StaleFence` ("Cannot <doing>: …") unless ``fence`` is live now.
+
+    The same condition every fenced write carries (:func:`fence_condition`); inside the
+    caller's transaction on PostgreSQL it keeps the lease row share-locked until commit,
+    so no new holder takes the lease before the caller's writes commit. Reads only.
+    """
+    if not Lease.objects.filter(_live(fence)).exists():
+        raise _stale(fence, doing)

@@ -13,7 +13,8 @@ import pytest
 from django.db import connections, transaction
 
 from govflow.engine.models import Timer
-from govflow.engine.services.sweep import SWEEPER, timers_fire
+from govflow.engine.services.sweep import SWEEPER
+from govflow.engine.services.timers import timers_fire
 from recovery import api
 from tests.integration.test_engine_sweep import queued_instances, waiting_on_timers
 

@@ -24,7 +24,8 @@ from govflow.engine.services.definitions import (
 )
 from govflow.engine.services.instances import instance_start
 from govflow.engine.services.runtime import instance_run
-from govflow.engine.services.sweep import SWEEPER, timers_fire
+from govflow.engine.services.sweep import SWEEPER
+from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver
 from govflow.handoffs.services.desk import approval_decide
 from recovery import api

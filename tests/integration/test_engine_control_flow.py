@@ -20,7 +20,8 @@ from govflow.engine.models import (
 )
 from govflow.engine.provider import Pending
 from govflow.engine.services.runtime import instance_run
-from govflow.engine.services.sweep import SWEEPER, timers_fire
+from govflow.engine.services.sweep import SWEEPER
+from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver
 from govflow.handoffs.services.desk import approval_decide, external_complete
 from recovery import api

@@ -14,8 +14,10 @@ from govflow.engine.models import Instance, InstanceStatus, Timer, TokenState, T
 from govflow.engine.registry import registry
 from govflow.engine.services import triggers
 from govflow.engine.services.instances import instance_cancel
-from govflow.engine.services.runtime import instance_lease_key, instance_run
-from govflow.engine.services.sweep import SWEEPER, deliveries_retry, timers_fire
+from govflow.engine.services.run import instance_lease_key
+from govflow.engine.services.runtime import instance_run
+from govflow.engine.services.sweep import SWEEPER, deliveries_retry
+from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver
 from recovery import api
 from recovery.models import Operation
@@ -299,3 +301,24 @@ def test_a_cancel_racing_the_workers_stops_the_instance_cleanly(
     # Every completed step did its effect once, and nothing ran after the cancel.
     assert effects.call_count() == len(effects.effects()) == done
     assert chain_ok(instance)
+
+
+@pytest.mark.django_db
+def test_a_message_hand_over_holds_its_lease_for_the_configured_time(monkeypatch, settings):
+    settings.GOVFLOW_DELIVERY_LEASE_TTL = 7
+    instance = drive(
+        start(
+            linear(node("w", "trigger", message="payment", correlation="case"), action("a")),
+            {"value": "v1", "case": "C-2"},
+        )
+    )
+    asked = []
+
+    def acquire(*, key, holder, ttl):
+        asked.append((key, ttl))
+        return api.lease_acquire(key=key, holder=holder, ttl=ttl)
+
+    monkeypatch.setattr(triggers, "lease_acquire", acquire)
+    delivery = trigger_deliver(message="payment", correlation="C-2", delivery_id="bank-2")
+    assert asked == [(f"trigger:{delivery.pk}", 7.0)]
+    assert delivery.state == "consumed" and token_of(instance, "w").state == TokenState.READY

@@ -9,7 +9,8 @@ from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.provider import Pending
 from govflow.engine.registry import registry
 from govflow.engine.services.instances import instance_cancel, step_retry
-from govflow.engine.services.runtime import instance_lease_key, instance_run
+from govflow.engine.services.run import instance_lease_key
+from govflow.engine.services.runtime import instance_run
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from recovery import api
 from recovery.models import Decision

@@ -10,7 +10,8 @@ from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenS
 from govflow.engine.registry import registry
 from govflow.engine.services import runtime
 from govflow.engine.services.instances import instance_cancel
-from govflow.engine.services.runtime import instance_lease_key, instance_run
+from govflow.engine.services.run import instance_lease_key
+from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import sweep_loop
 from recovery import api
 from tests.dbclock import wait_until_expired

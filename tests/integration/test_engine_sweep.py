@@ -14,15 +14,15 @@ from django_q.models import OrmQ
 
 from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
 from govflow.engine.queue import ADVANCE, ADVANCE_GROUP, SWEEP
-from govflow.engine.services import sweep
-from govflow.engine.services.runtime import instance_lease_key
+from govflow.engine.services import sweep, timers
+from govflow.engine.services.run import instance_lease_key
 from govflow.engine.services.sweep import (
     SWEEPER,
     Sweeper,
     instances_requeue,
     sweep_loop,
-    timers_fire,
 )
+from govflow.engine.services.timers import timers_fire
 from recovery import api
 from recovery.models import Lease
 from tests.dbclock import wait_until_expired
@@ -351,7 +351,7 @@ def test_instances_whose_timers_fired_are_queued_even_if_the_sweeper_stopped_bet
     def killed(instance_ids):
         raise RuntimeError("the sweeper died here")
 
-    monkeypatch.setattr(sweep, "fired_queue", killed)
+    monkeypatch.setattr(timers, "fired_queue", killed)
     with pytest.raises(RuntimeError):
         timers_fire(fence=fence)
     assert queued_instances() == []

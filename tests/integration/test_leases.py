@@ -330,3 +330,15 @@ def test_lease_expire_ends_a_dead_holders_lease_and_the_next_holder_gets_fence_p
     # The dead holder's fence is no authority over the new lease: nothing changes.
     assert api.lease_expire(fence=dead) is False
     assert api.lease_renew(fence=new, ttl=30) == new
+
+
+# --- checks --------------------------------------------------------------------------
+
+
+def test_requiring_a_live_fence_refuses_a_stale_one_with_what_was_refused():
+    old = api.lease_acquire(key=KEY, holder="w1", ttl=30)
+    api.lease_require_live(fence=old, doing="fire timers")
+    api.lease_release(fence=old)
+    api.lease_acquire(key=KEY, holder="w2", ttl=30)
+    with pytest.raises(api.StaleFence, match=r"Cannot fire timers: .* no longer the live lease"):
+        api.lease_require_live(fence=old, doing="fire timers")

@@ -188,3 +188,22 @@ def test_lifecycle_costs_two_commits_and_seven_statements():
         and not q["sql"].startswith("RELEASE")
     ]
     assert len(statements) == 7, statements
+
+
+def test_one_operation_is_read_by_its_key_as_it_stands_in_the_ledger(subject, fence):
+    op = record(subject, fence, input_value={"parcel": "A-1"})
+    seen = api.operation_get(key=op.key)
+    assert (seen.key, seen.subject, seen.state) == (op.key, subject, "dispatched")
+    assert seen.input_fp == api.fingerprint_value(api.FingerprintKind.INPUT, {"parcel": "A-1"})
+    assert seen.step_id == Operation.objects.get(key=op.key).step_id
+    api.operation_observe(key=op.key, state="outcome_unknown", fence=fence)
+    assert api.operation_get(key=op.key).state == "outcome_unknown"
+    assert api.operation_get(key="op-" + "0" * 64) is None
+    assert api.operation_get(key="") is None
+
+
+def test_reading_an_operation_costs_one_statement(subject, fence):
+    op = record(subject, fence)
+    with CaptureQueriesContext(connection) as captured:
+        api.operation_get(key=op.key)
+    assert len(captured.captured_queries) == 1

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.providers.alpha.effects import store_create
+
 from .support import FAST, Cluster, database_url, dump
 
 
@@ -33,6 +35,7 @@ class Workspace:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
         self.store = tmp_path / "alpha-effects.sqlite3"
+        store_create(self.store)
         self.pause_dir = tmp_path / "pause"
         self.pause_dir.mkdir()
         self.clusters: list[Cluster] = []

@@ -32,6 +32,7 @@ def test_a_default_applies_when_a_setting_is_absent(settings):
     assert conf.lease_ttl() == 30.0
     assert conf.sweep_timer_batch() == 2000
     assert conf.operator_lease_ttl() == 30.0
+    assert conf.delivery_lease_ttl() == 30.0
 
 
 def test_a_setting_is_read_when_asked_not_at_import(settings):
@@ -49,6 +50,7 @@ def test_a_setting_is_read_when_asked_not_at_import(settings):
         ("GOVFLOW_LEASE_TTL", 0, "engine.E003", "must be a positive number of seconds"),
         ("GOVFLOW_LEASE_TTL", "30", "engine.E003", "must be a positive number of seconds"),
         ("GOVFLOW_RUN_BUDGET", True, "engine.E003", "must be a positive number of seconds"),
+        ("GOVFLOW_DELIVERY_LEASE_TTL", -1, "engine.E003", "must be a positive number of"),
         ("GOVFLOW_PAYLOAD_MAX_BYTES", -1, "engine.E001", "must be a positive number of bytes"),
         ("GOVFLOW_DEFINITION_MAX_BYTES", 1.5, "engine.E001", "must be a positive number of"),
     ],

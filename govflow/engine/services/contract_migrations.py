@@ -14,29 +14,27 @@ from __future__ import annotations
 import json
 
 from django.db import IntegrityError, transaction
-from django.db.models.functions import Now
 
 from recovery.api import (
     FingerprintKind,
     Subject,
     canonical_bytes,
-    chain_verify,
     fact_append,
-    facts_read,
     fenced_update_row,
     fingerprint_value,
-    incident_open,
 )
 
 from ..contracts import action_contract, contract_changes
+from ..db import clock, engine_commit
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
 from ..queue import enqueue_advance
 from ..registry import registry
+from ..states import TERMINAL_STATUSES
 from .instances import InstanceHeld
+from .migrated import MIGRATED, approved_contracts
 from .routing import derive_status
-from .runtime import TERMINAL_STATUSES, step_commit
 
 __all__ = [
     "MIGRATE",
@@ -49,7 +47,6 @@ __all__ = [
 
 MIGRATE = "engine.migrate_instance"
 REQUESTED = "engine.migration_requested"
-MIGRATED = "engine.contract_migrated"
 REJECTED = "engine.migration_rejected"
 
 
@@ -59,7 +56,7 @@ def _require(actor, doing: str) -> None:
 
 
 def _subject(instance_id: int) -> Subject:
-    from .steps import SUBJECT_TYPE
+    from ..projection import SUBJECT_TYPE
 
     return Subject(SUBJECT_TYPE, str(instance_id))
 
@@ -130,7 +127,7 @@ def instance_migrate_request(
                 accepted=current,
                 rationale=rationale,
                 requested_by=actor,
-                requested_at=Now(),
+                requested_at=clock(),
             )
             fact_append(
                 subject=_subject(instance_id),
@@ -168,7 +165,7 @@ def _open(migration_id: int) -> ContractMigration:
 def _claim(migration_id: int, state: str, actor, note: str = "") -> None:
     claimed = ContractMigration.objects.filter(
         pk=migration_id, state=MigrationState.REQUESTED
-    ).update(state=state, decided_by=actor, decided_at=Now(), note=note)
+    ).update(state=state, decided_by=actor, decided_at=clock(), note=note)
     if claimed != 1:
         raise EngineConflict(
             f"Migration {migration_id} is no longer awaiting approval (someone else "
@@ -200,7 +197,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
         instance = run.instance
         if instance.status in TERMINAL_STATUSES:
             raise EngineConflict(f"Instance {instance.pk} is {instance.status}.")
-        with step_commit():
+        with engine_commit():
             _claim(migration_id, MigrationState.APPROVED, actor)
             migrated = json.loads(instance.contracts or "{}")
             migrated[migration.action] = migration.accepted
@@ -215,7 +212,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
                     "approved_by": actor.pk,
                 },
             )
-            values = {"contracts": canonical_bytes(migrated).decode(), "updated_at": Now()}
+            values = {"contracts": canonical_bytes(migrated).decode(), "updated_at": clock()}
             if instance.status == InstanceStatus.BLOCKED:
                 # The next run decides again; an instance still blocked for another reason
                 # (an unknown outcome) keeps that reason.
@@ -245,31 +242,3 @@ def instance_migrate_reject(*, migration_id: int, actor, note: str) -> ContractM
         )
     migration.refresh_from_db()
     return migration
-
-
-def approved_contracts(instance_id: int, migrated: str) -> str:
-    """'' when ``migrated`` is exactly what the approved migrations on the chain say.
-
-    Otherwise why not: the chain does not verify (an integrity incident is opened with
-    its position), or the instance's own contracts differ from the approved ones.
-    """
-    subject = _subject(instance_id)
-    verification = chain_verify(subject)
-    if not verification.ok:
-        incident_open(verification=verification)
-        return (
-            f"Instance {instance_id} runs under migrated action contracts, but its chain "
-            f"does not verify ({verification.reason}), so the migrations cannot be trusted. "
-            "Nothing runs on it until the incident is investigated."
-        )
-    approved: dict[str, dict] = {}
-    for fact in facts_read(subject=subject, kind=MIGRATED):
-        approved[fact["action"]] = fact["contract"]
-    if canonical_bytes(approved).decode() == migrated:
-        return ""
-    return (
-        f"Instance {instance_id}'s migrated action contracts do not match the migrations "
-        "approved on its chain: they were changed in the database. Nothing runs on it. "
-        "Restore the instance row from a backup and re-verify the integrity incident, or "
-        "cancel the instance."
-    )

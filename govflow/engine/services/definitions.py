@@ -20,7 +20,6 @@ from typing import Any
 
 from django.apps import apps
 from django.db import IntegrityError, connection, transaction
-from django.db.models.functions import Now
 
 from recovery.api import (
     CanonicalError,
@@ -38,11 +37,13 @@ from ..contracts import (
     pinned_fingerprint,
     stored_fingerprint,
 )
+from ..db import clock
 from ..definitions import DefinitionInvalid, Spec, parse_definition
 from ..errors import DefinitionConflict, InvalidRequest
 from ..limits import admit_text, definition_max_bytes
 from ..models import Definition, Instance
 from ..registry import registry
+from .migrated import approved_contracts
 
 __all__ = [
     "Pinned",
@@ -98,7 +99,7 @@ def definition_publish(*, document: Any, source: str = "", actor=None) -> Defini
                 contracts=pinned,
                 fingerprint=fp,
                 source=source,
-                published_at=Now(),
+                published_at=clock(),
                 published_by=actor,
             )
     except IntegrityError:
@@ -311,7 +312,7 @@ def pinned_definition_refusal(run) -> tuple[str, str] | None:
 
 
 def _subject(instance: Instance) -> Subject:
-    from .steps import SUBJECT_TYPE
+    from ..projection import SUBJECT_TYPE
 
     return Subject(SUBJECT_TYPE, str(instance.pk))
 
@@ -427,8 +428,6 @@ def _migrations_verified(instance_id: int, created_at, migrated: str) -> None:
     Once per instance and stored content: only a success is cached (a failure raises), so
     a repaired instance is trusted again as soon as it verifies.
     """
-    from .contract_migrations import approved_contracts
-
     problem = approved_contracts(instance_id, migrated)
     if problem:
         raise _Untrusted(problem)

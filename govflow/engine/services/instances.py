@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models.functions import Now
-
 from recovery.api import (
     FingerprintKind,
     LeaseHeld,
@@ -22,23 +20,19 @@ from recovery.api import (
 )
 
 from ..conf import operator_lease_ttl
+from ..db import clock, engine_commit
 from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
+from ..liveness import worker_name
 from ..models import Definition, Instance, InstanceStatus, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
 from ..queue import enqueue_advance
+from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
 from .routing import Router
-from .runtime import (
-    TERMINAL_STATUSES,
-    Run,
-    _load_run,
-    instance_lease_key,
-    rehydrate,
-    step_commit,
-    worker_name,
-)
+from .run import Run, instance_lease_key, load_run
+from .settle import rehydrate
 
 __all__ = [
     "InstanceHeld",
@@ -107,7 +101,7 @@ def instance_start(
     reason = start_refusal(definition)
     if reason:
         raise InvalidRequest(f"{definition} cannot run here: {reason}")
-    with step_commit():
+    with engine_commit():
         instance = Instance.objects.create(
             definition=definition,
             definition_fp=definition.fingerprint,
@@ -115,8 +109,8 @@ def instance_start(
             variables=variables,
             access=access,
             started_by=actor,
-            created_at=Now(),
-            updated_at=Now(),
+            created_at=clock(),
+            updated_at=clock(),
             next_ordinal=2,
         )
         start = Token.objects.create(
@@ -124,8 +118,8 @@ def instance_start(
             node_id=spec_of(definition).start,
             ordinal=1,
             state=TokenState.READY,
-            created_at=Now(),
-            updated_at=Now(),
+            created_at=clock(),
+            updated_at=clock(),
         )
         # The projection is under the chain from its first commit (invariant I12).
         projection_record(
@@ -161,7 +155,7 @@ class InstanceHeld:
             raise EngineConflict(
                 "A worker is advancing this instance right now; try again in a few seconds."
             ) from None
-        run = _load_run(self.instance_id, self.fence)
+        run = load_run(self.instance_id, self.fence)
         if run is None:
             lease_release(fence=self.fence)
             raise InvalidRequest(f"No instance has id {self.instance_id}.")

@@ -1,25 +1,37 @@
-"""Moving tokens along transitions inside the caller's fenced transaction.
+"""Moving tokens along transitions: what a commit will write besides the step itself.
 
 Control nodes (gateways, splits, joins, end) and the set-up of wait nodes (timers,
 triggers, approvals, external tasks) happen in the same commit as the step that led to
-them: they have no external effect, so they cost no commit of their own.
+them: they have no external effect, so they cost no commit of their own. A ``Router``
+only plans: it reads the run's definition, instance and active tokens, and collects what
+to write in its ``writes``; ``Run.flush`` writes them, on the fence, in the caller's
+commit. It reads the database once, for a message that arrived before its step waited.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime, parse_duration
 
+from ..db import clock
 from ..definitions import Spec
-from ..models import InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
+from ..models import (
+    DeliveryState,
+    Instance,
+    InstanceStatus,
+    Token,
+    TokenState,
+    TriggerDelivery,
+    WaitKind,
+)
+from ..states import TOKEN_ACTIVE
 from ..variables import MissingVariable, evaluate, lookup
 
-ACTIVE = {TokenState.READY, TokenState.EXECUTING, TokenState.WAITING, TokenState.OUTCOME_UNKNOWN}
+ACTIVE = TOKEN_ACTIVE
 
 
 class RouteError(Exception):
@@ -27,8 +39,11 @@ class RouteError(Exception):
 
 
 @dataclass
-class Pending:
-    """What one commit will write besides the step itself (collected, then flushed)."""
+class Writes:
+    """The writes a router collected for its commit, waiting for ``Run.flush``.
+
+    Not a provider's pending answer (``results.Pending``): rows to insert or update.
+    """
 
     tokens: list[Token] = field(default_factory=list)
     timers: list[tuple[Token, Any]] = field(default_factory=list)
@@ -41,36 +56,52 @@ def due_expression(node: dict[str, Any]):
     if "at" in node:
         return parse_datetime(node["at"])
     duration = parse_duration(node["duration"])
-    return ExpressionWrapper(Now() + Value(duration), output_field=DateTimeField())
+    return ExpressionWrapper(clock() + Value(duration), output_field=DateTimeField())
 
 
 def after_seconds(seconds: float):
     return ExpressionWrapper(
-        Now() + Value(dt.timedelta(seconds=seconds)), output_field=DateTimeField()
+        clock() + Value(dt.timedelta(seconds=seconds)), output_field=DateTimeField()
     )
 
 
-class Router:
-    """Routes tokens for one instance within one commit. ``run`` is the owning Run."""
+class Routable(Protocol):
+    """What a router reads of a run (``services.run.Run`` is one)."""
 
-    def __init__(self, run) -> None:
-        self.run = run
+    spec: Spec
+    instance: Instance
+    active: dict[int, Token]
+
+
+class Router:
+    """Routes tokens for one instance within one commit; used for one ``Run.flush``.
+
+    It reads ``run``'s definition, instance (its variables; it takes the next ordinals)
+    and active tokens, and keeps no reference to the run.
+    """
+
+    def __init__(self, run: Routable) -> None:
         self.spec: Spec = run.spec
-        self.pending = Pending()
+        self.instance = run.instance
+        self.active = run.active
+        self.writes = Writes()
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return self.instance.variables
 
     def new_token(self, node_id: str, state: str, **extra: Any) -> Token:
-        run = self.run
         token = Token(
-            instance_id=run.instance.pk,
+            instance_id=self.instance.pk,
             node_id=node_id,
             state=state,
-            ordinal=run.instance.next_ordinal,
-            created_at=run.now_expr(),
-            updated_at=run.now_expr(),
+            ordinal=self.instance.next_ordinal,
+            created_at=clock(),
+            updated_at=clock(),
             **extra,
         )
-        run.instance.next_ordinal += 1
-        self.pending.tokens.append(token)
+        self.instance.next_ordinal += 1
+        self.writes.tokens.append(token)
         return token
 
     def leave(self, node_id: str) -> None:
@@ -80,7 +111,7 @@ class Router:
         if node["type"] == "exclusive":
             chosen = None
             for transition in outgoing:
-                if transition.when is not None and evaluate(transition.when, self.run.variables):
+                if transition.when is not None and evaluate(transition.when, self.variables):
                     chosen = transition
                     break
             if chosen is None:
@@ -99,7 +130,6 @@ class Router:
         node = self.spec.nodes[node_id]
         kind = node["type"]
         if kind == "end":
-            self.run.reached_end = True
             return
         if kind in {"exclusive", "parallel_split"}:
             self.leave(node_id)
@@ -112,11 +142,11 @@ class Router:
             return
         if kind == "timer":
             token = self.new_token(node_id, TokenState.WAITING, wait_kind=WaitKind.TIMER)
-            self.pending.timers.append((token, due_expression(node)))
+            self.writes.timers.append((token, due_expression(node)))
             return
         if kind == "trigger":
             try:
-                correlation = lookup(self.run.variables, node["correlation"])
+                correlation = lookup(self.variables, node["correlation"])
             except MissingVariable as exc:
                 raise RouteError(
                     f"trigger '{node_id}': {exc}; it identifies the awaited message"
@@ -127,13 +157,15 @@ class Router:
             )
             buffered = (
                 TriggerDelivery.objects.filter(
-                    message=node["message"], correlation=str(correlation), state="received"
+                    message=node["message"],
+                    correlation=str(correlation),
+                    state=DeliveryState.RECEIVED,
                 )
                 .order_by("received_at", "pk")
                 .first()
             )
             if buffered is not None:
-                self.pending.deliveries.append((token, buffered))
+                self.writes.deliveries.append((token, buffered))
             return
         if kind == "approval":
             self.new_token(
@@ -154,12 +186,11 @@ class Router:
         raise RouteError(f"node '{node_id}' of type {kind!r} cannot be entered")
 
     def arrive_at_join(self, node_id: str) -> None:
-        run = self.run
         arrived = [
-            t for t in run.active.values() if t.node_id == node_id and t.wait_kind == WaitKind.JOIN
+            t for t in self.active.values() if t.node_id == node_id and t.wait_kind == WaitKind.JOIN
         ]
         arrived += [
-            t for t in self.pending.tokens if t.node_id == node_id and t.wait_kind == WaitKind.JOIN
+            t for t in self.writes.tokens if t.node_id == node_id and t.wait_kind == WaitKind.JOIN
         ]
         needed = len(self.spec.incoming[node_id])
         if len(arrived) + 1 < needed:
@@ -167,13 +198,14 @@ class Router:
             return
         for token in arrived:
             if token.pk is None:
-                self.pending.tokens.remove(token)
+                self.writes.tokens.remove(token)
             else:
-                self.pending.completed_joins.append(token.pk)
+                self.writes.completed_joins.append(token.pk)
         self.leave(node_id)
 
 
 def derive_status(active_tokens) -> str:
+    """The instance status its active tokens imply. Pure."""
     active_tokens = list(active_tokens)
     states = {t.state for t in active_tokens}
     if TokenState.OUTCOME_UNKNOWN in states:
@@ -194,10 +226,10 @@ def derive_status(active_tokens) -> str:
 
 __all__ = [
     "ACTIVE",
-    "Pending",
+    "Routable",
     "RouteError",
     "Router",
-    "Timer",
+    "Writes",
     "after_seconds",
     "derive_status",
     "due_expression",

@@ -17,174 +17,50 @@ import logging
 import threading
 import time
 
-from django.conf import settings
-from django.db import connection
-from django.db.models import BooleanField, CharField, Exists, F, OuterRef, Q, Value
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast, Concat, Now
+from django.db.models import CharField, Exists, OuterRef, Q, Value
+from django.db.models.functions import Cast, Concat
 
 from recovery.api import (
     Fence,
     LeaseHeld,
     StaleFence,
     anchor_if_due,
-    fence_condition,
-    fenced_update,
     lease_acquire,
+    lease_current,
     lease_expire,
     lease_release_if_held,
     lease_renew,
+    lease_require_live,
+    leases_held,
+    leases_live,
 )
-from recovery.models import Lease
 
-from ..liveness import holder_is_dead, host_id
-from ..models import Instance, InstanceStatus, Timer, Token, TokenState, TriggerDelivery, WaitKind
-from ..queue import BULK_BATCH, enqueue_many, enqueue_sweep
-from .runtime import step_commit, worker_name
+from ..conf import (
+    reenqueue_after,
+    sweep_duration,
+    sweep_full_every,
+    sweep_lease_ttl,
+    sweep_tick,
+    sweep_timer_batch,
+)
+from ..db import clock_read, engine_commit
+from ..liveness import holder_is_dead, host_id, worker_name
+from ..models import (
+    DeliveryState,
+    Instance,
+    InstanceStatus,
+    Token,
+    TokenState,
+    TriggerDelivery,
+    WaitKind,
+)
+from ..queue import enqueue_many, enqueue_sweep
+from .timers import fired_queue, timers_fire_only
 from .triggers import delivery_consume
 
 log = logging.getLogger("govflow.engine.sweep")
 
 SWEEPER = "govflow:sweeper"
-
-
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
-
-
-def timer_batch() -> int:
-    """Timers fired (and instances enqueued) in one commit; a full batch is followed at
-    once by the next."""
-    return int(_setting("GOVFLOW_SWEEP_TIMER_BATCH", 2000))
-
-
-def _require_live(fence: Fence, doing: str) -> None:
-    sql, params = fence_condition(fence)
-    if not Lease.objects.filter(RawSQL(sql, params, output_field=BooleanField())).exists():
-        raise StaleFence(
-            f"Cannot {doing}: {fence} is no longer the live lease (it expired or a newer "
-            "holder took over). Nothing was changed; the current holder carries on."
-        )
-
-
-def _fire_postgresql(fence: Fence, limit: int) -> list[int]:
-    """Fire due timers and ready their tokens in one statement; return their instances."""
-    sql, params = fire_statement(fence, limit)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def fire_statement(fence: Fence, limit: int) -> tuple[str, list[object]]:
-    """The PostgreSQL statement that fires up to ``limit`` due timers, as ``(sql, params)``.
-
-    - ``due`` locks the earliest due timers. ``SKIP LOCKED`` passes over a timer whose row
-      another transaction holds (an operator cancelling its instance): the next pass
-      fires it. A locked row was re-checked by the lock, so it is still scheduled and due.
-    - ``fired`` updates them with the fence condition inside the UPDATE: a stale sweeper's
-      statement changes nothing at all.
-    - ``ready`` makes their tokens ready; ``unqueued`` clears their instances'
-      ``enqueued_at`` ("needs a task": see :func:`timers_fire`). The UPDATEs find their rows
-      by primary key only
-      (``= ANY(ARRAY(…))``): with a join, or a condition on the token's state, the planner
-      may scan every waiting token against the batch when its statistics predate a burst
-      of new timers (seconds for 10,000 timers). A token that no longer waits on its timer
-      (its instance was cancelled) is left as it was by the ``CASE``.
-    """
-    live_sql, live_params = fence_condition(fence)
-    timer, token = Timer._meta.db_table, Token._meta.db_table
-    instance = Instance._meta.db_table
-    waits_on_timer = "state = %s AND wait_kind = %s"
-    sql = (
-        f"WITH due AS ("
-        f"  SELECT id FROM {timer} WHERE state = %s AND due_at <= STATEMENT_TIMESTAMP()"
-        f"  ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED"
-        f"), fired AS ("
-        f"  UPDATE {timer} SET state = %s, fire_fence = %s, fired_at = STATEMENT_TIMESTAMP()"
-        f"  WHERE id = ANY(ARRAY(SELECT id FROM due)) AND {live_sql}"
-        f"  RETURNING token_id, instance_id"
-        f"), ready AS ("
-        f"  UPDATE {token} SET"
-        f"    state = CASE WHEN {waits_on_timer} THEN %s ELSE state END,"
-        f"    updated_at = CASE WHEN {waits_on_timer}"
-        f"      THEN STATEMENT_TIMESTAMP() ELSE updated_at END"
-        f"  WHERE id = ANY(ARRAY(SELECT token_id FROM fired))"
-        f"), unqueued AS ("
-        f"  UPDATE {instance} SET enqueued_at = NULL"
-        f"  WHERE id = ANY(ARRAY(SELECT instance_id FROM fired))"
-        f") SELECT instance_id FROM fired"
-    )
-    waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
-    params = [
-        "scheduled",
-        limit,
-        "fired",
-        fence.fence,
-        *live_params,
-        *waiting,
-        TokenState.READY.value,
-        *waiting,
-    ]
-    return sql, params
-
-
-def _fire_orm(fence: Fence, limit: int) -> list[int]:
-    """The same on SQLite: ``BEGIN IMMEDIATE`` serialises writers, so the due rows read
-    here are still due when the fenced UPDATE below runs."""
-    due = list(
-        Timer.objects.filter(state="scheduled", due_at__lte=Now())
-        .order_by("due_at")
-        .values_list("pk", "token_id", "instance_id")[:limit]
-    )
-    if not due:
-        return []
-    fenced_update(
-        Timer.objects.filter(pk__in=[d[0] for d in due], state="scheduled"),
-        fence=fence,
-        state="fired",
-        fire_fence=fence.fence,
-        fired_at=Now(),
-    )
-    Token.objects.filter(
-        pk__in=[d[1] for d in due], state=TokenState.WAITING, wait_kind=WaitKind.TIMER
-    ).update(state=TokenState.READY, updated_at=Now())
-    Instance.objects.filter(pk__in=[d[2] for d in due]).update(enqueued_at=None)
-    return [d[2] for d in due]
-
-
-def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
-    """Fire up to ``limit`` due timers (database clock), then queue their instances.
-
-    Two commits. The first records the facts — timers fired, tokens ready, and each
-    instance's ``enqueued_at`` cleared, meaning "needs a task" — in a statement or two
-    whatever the number; the second queues one ``advance`` task per instance. A sweeper
-    that stops between the two leaves nothing stranded: the next requeue pass queues every
-    runnable instance whose ``enqueued_at`` is empty. Raises :class:`StaleFence` (changing
-    nothing) when ``fence`` is no longer the sweeper's live lease.
-    """
-    instance_ids = timers_fire_only(fence=fence, limit=limit)
-    fired_queue(instance_ids)
-    return len(instance_ids)
-
-
-def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
-    """The first commit of :func:`timers_fire`: fire, ready, mark unqueued; the instances."""
-    limit = timer_batch() if limit is None else limit
-    with step_commit():
-        if connection.vendor == "postgresql":
-            instance_ids = _fire_postgresql(fence, limit)
-        else:
-            instance_ids = _fire_orm(fence, limit)
-        if not instance_ids:
-            _require_live(fence, "fire timers")
-    return instance_ids
-
-
-def fired_queue(instance_ids: list[int]) -> None:
-    """Queue the instances of fired timers, a bulk INSERT per commit."""
-    for start in range(0, len(instance_ids), BULK_BATCH):
-        with step_commit():
-            enqueue_many(instance_ids[start : start + BULK_BATCH])
 
 
 def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
@@ -193,52 +69,58 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     An instance whose lease expired after its last enqueue lost its worker (killed, or
     stuck past its lease): it is queued on the next pass. Otherwise an instance is queued
     again only when its last enqueue is older than ``GOVFLOW_REENQUEUE_AFTER`` (its task
-    may still be waiting in the queue) or a retry or poll fell due after it.
+    may still be waiting in the queue) or a retry or poll fell due after it. Owns its
+    commit (the sweeper's fence proven in it, then the tasks queued).
     """
-    reenqueue_after = dt.timedelta(seconds=_setting("GOVFLOW_REENQUEUE_AFTER", 30))
-    leases = Lease.objects.filter(
-        key=Concat(Value("instance:"), Cast(OuterRef("pk"), CharField())), holder__isnull=False
-    )
-    live = leases.filter(expires_at__gt=Now())
-    orphaned = leases.filter(expires_at__lte=Now(), expires_at__gt=OuterRef("enqueued_at"))
+    stale_after = dt.timedelta(seconds=reenqueue_after())
+    # The database clock, read once: a clock that moves during the statement would keep
+    # PostgreSQL from joining the EXISTS below (each would run once per instance).
+    now = clock_read()
+    lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))
+    leases = leases_held().filter(key=lease_key)
+    live = Exists(leases.filter(expires_at__gt=now))
+    orphaned = Exists(leases.filter(expires_at__lte=now, expires_at__gt=OuterRef("enqueued_at")))
     tokens = Token.objects.filter(instance=OuterRef("pk"))
     runnable = tokens.filter(
         Q(state=TokenState.EXECUTING)
-        | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=Now()))
+        | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=now))
     )
     # A retry or poll that fell due after the instance was last queued needs a run now,
     # not after the stale-enqueue period: its backoff is what the provider asked for.
     fell_due = tokens.filter(
-        state=TokenState.READY, not_before__lte=Now(), not_before__gt=OuterRef("enqueued_at")
+        state=TokenState.READY, not_before__lte=now, not_before__gt=OuterRef("enqueued_at")
     )
     ids = list(
         Instance.objects.filter(
             status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED]
         )
         .filter(Exists(runnable))
-        .exclude(Exists(live))
+        .exclude(live)
         .filter(
             Q(enqueued_at__isnull=True)
-            | Q(enqueued_at__lt=Now() - reenqueue_after)
+            | Q(enqueued_at__lt=now - stale_after)
             | Exists(fell_due)
-            | Exists(orphaned)
+            | orphaned
         )
         .values_list("pk", flat=True)[:limit]
     )
     if not ids:
         return 0
-    with step_commit():
+    with engine_commit():
         # Proves this sweeper still holds its lease before it queues anything.
-        fenced_update(Lease.objects.filter(key=fence.key), fence=fence)
+        lease_require_live(fence=fence, doing="queue instances")
         enqueue_many(ids)
     return len(ids)
 
 
 def deliveries_retry(limit: int = 200) -> int:
-    """Messages that arrived while their instance was between states get another try."""
+    """Messages that arrived while their instance was between states get another try.
+
+    Each hand-over owns its commit (``delivery_consume``, under the delivery's lease).
+    """
     waiting_keys = Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER)
     candidates = (
-        TriggerDelivery.objects.filter(state="received")
+        TriggerDelivery.objects.filter(state=DeliveryState.RECEIVED)
         .filter(
             Exists(
                 waiting_keys.filter(
@@ -260,18 +142,21 @@ def dead_holders_expire(*, fence: Fence) -> int:
     the instance over (its lease expired after its last enqueue). django-q2 tasks a dead
     cluster had claimed stay locked for ``retry`` seconds: when a death was found, every
     claimed task is handed out again at once (a live cluster's claimed tasks run twice at
-    worst, and the instance lease makes that harmless).
+    worst, and the instance lease makes that harmless). Each expiry owns its commit.
     """
     prefix = f"{host_id()}:"
-    live = Lease.objects.filter(
-        holder__startswith=prefix, expires_at__gt=Now(), key__startswith="instance:"
-    ).values_list("key", "holder", "fence")
     expired = 0
-    for key, holder, number in list(live):
-        if holder_is_dead(holder):
-            _require_live(fence, "expire a dead holder's lease")
-            if lease_expire(fence=Fence(key=key, holder=holder, fence=number)):
-                log.warning("lease %s of %s expired: that process no longer exists", key, holder)
+    live = leases_live().filter(holder__startswith=prefix, key__startswith="instance:")
+    for key, holder, number in list(live.values_list("key", "holder", "fence")):
+        lease = Fence(key=key, holder=holder, fence=number)
+        if holder_is_dead(lease.holder):
+            lease_require_live(fence=fence, doing="expire a dead holder's lease")
+            if lease_expire(fence=lease):
+                log.warning(
+                    "lease %s of %s expired: that process no longer exists",
+                    lease.key,
+                    lease.holder,
+                )
                 expired += 1
     if expired:
         claimed_tasks_release()
@@ -283,7 +168,8 @@ def claimed_tasks_release() -> int:
 
     Called when a process of this host was found dead: the tasks its cluster had claimed
     would otherwise stay locked for django-q2's ``retry`` period. A live cluster's claimed
-    tasks may run twice; the instance lease makes the second run a no-op.
+    tasks may run twice; the instance lease makes the second run a no-op. One statement
+    (its own commit).
     """
     from django.utils import timezone
     from django_q.models import OrmQ
@@ -292,18 +178,6 @@ def claimed_tasks_release() -> int:
     if released:
         log.warning("%d claimed task(s) handed out again after a process died", released)
     return released
-
-
-def _sweeper_lease() -> tuple[float, Fence] | None:
-    row = (
-        Lease.objects.filter(key=SWEEPER, holder__isnull=False, expires_at__gt=Now())
-        .annotate(left=F("expires_at") - Now())
-        .values_list("left", "holder", "fence")
-        .first()
-    )
-    if row is None:
-        return None
-    return row[0].total_seconds(), Fence(key=SWEEPER, holder=row[1], fence=row[2])
 
 
 class Sweeper:
@@ -328,16 +202,19 @@ class Sweeper:
     def __init__(self, *, stop: threading.Event | None = None, holder: str | None = None):
         self.stop = stop if stop is not None else threading.Event()
         self.holder = holder or worker_name()
-        self.ttl = _setting("GOVFLOW_SWEEP_LEASE_TTL", 10)
-        self.tick = _setting("GOVFLOW_SWEEP_TICK", 0.25)
-        self.full_every = _setting("GOVFLOW_SWEEP_FULL_EVERY", 2)
-        self.batch = timer_batch()
+        self.ttl = sweep_lease_ttl()
+        self.tick = sweep_tick()
+        self.full_every = sweep_full_every()
+        self.batch = sweep_timer_batch()
         self.stats = {"timers": 0, "dead": 0, "requeued": 0, "deliveries": 0, "passes": 0}
         self.ended = ""
         """Why :meth:`run` returned: ``stopped``, ``duration``, ``skipped`` or ``lost``."""
 
     def run(self, *, duration: float | None = None, standby: bool = False) -> dict[str, int]:
-        """Sweep for ``duration`` seconds (at least one pass), or until ``stop`` is set."""
+        """Sweep for ``duration`` seconds (at least one pass), or until ``stop`` is set.
+
+        Owns its commits; outside any transaction.
+        """
         deadline = None if duration is None else time.monotonic() + duration
         while True:
             fence = self._acquire(standby=standby)
@@ -357,20 +234,21 @@ class Sweeper:
                 lease_release_if_held(fence=fence)
 
     def _acquire(self, *, standby: bool) -> Fence | None:
+        """Step 1: the sweeper's lease, or None (each attempt owns its commit)."""
         poll = min(1.0, self.ttl / 4)
         give_up = time.monotonic() + self.ttl + 1
         announced = False
         while not self.stop.is_set():
-            lease = _sweeper_lease()
-            if lease is not None and holder_is_dead(lease[1].holder):
+            lease = lease_current(SWEEPER)
+            if lease is not None and holder_is_dead(lease.fence.holder):
                 # Its process is gone (this host): take over now, not at its expiry.
-                if lease_expire(fence=lease[1]):
-                    log.warning("the sweeper %s no longer exists; taking over", lease[1].holder)
+                if lease_expire(fence=lease.fence):
+                    log.warning("the sweeper %s no longer exists; taking over", lease.fence.holder)
                     # Its cluster died with it, and with it the workers that had claimed
                     # tasks, whether or not they held an instance lease at that moment.
                     claimed_tasks_release()
                 continue
-            left = None if lease is None else lease[0]
+            left = None if lease is None else lease.left.total_seconds()
             if left is None:
                 try:
                     return lease_acquire(key=SWEEPER, holder=self.holder, ttl=self.ttl)
@@ -392,6 +270,7 @@ class Sweeper:
         return None
 
     def _sweep(self, fence: Fence, deadline: float | None) -> None:
+        """Step 2: pass after pass under ``fence`` (each write owns its commit)."""
         last_full = last_requeue = -self.full_every
         while True:
             # A burst of due timers is fired batch after batch first (a commit each, the
@@ -431,8 +310,9 @@ def sweep_loop(*, duration: float | None = None, chain: bool = True) -> dict:
 
     Having swept to the end, it enqueues its successor (``chain``), which keeps a cluster
     started without GovFlow's ``qcluster`` command sweeping between the schedule's runs.
+    Owns its commits; outside any transaction.
     """
-    duration = _setting("GOVFLOW_SWEEP_DURATION", 40) if duration is None else duration
+    duration = sweep_duration() if duration is None else duration
     sweeper = Sweeper()
     stats = sweeper.run(duration=duration)
     if sweeper.ended == "skipped":

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models.functions import Now
 
 from recovery.api import (
+    Fence,
     LeaseHeld,
     StaleFence,
     canonical_bytes,
@@ -17,13 +17,15 @@ from recovery.api import (
     lease_release_if_held,
 )
 
+from ..conf import delivery_lease_ttl
+from ..db import clock
 from ..errors import EngineConflict, InvalidRequest
 from ..limits import admit_json, admit_text, payload_max_bytes
-from ..models import Token, TokenState, TriggerDelivery, WaitKind
+from ..liveness import worker_name
+from ..models import DeliveryState, Token, TokenState, TriggerDelivery, WaitKind
 from ..queue import enqueue_advance
-from .runtime import worker_name
 
-__all__ = ["consume_buffered", "delivery_consume", "trigger_deliver"]
+__all__ = ["delivery_consume", "delivery_take", "trigger_deliver"]
 
 
 def trigger_deliver(
@@ -32,7 +34,8 @@ def trigger_deliver(
     """Record a message and hand it to the instance waiting for it (or keep it buffered).
 
     Delivering the same ``delivery_id`` again is a no-op that returns the first delivery;
-    the same id with different content is refused.
+    the same id with different content is refused. Owns its commits: the delivery is
+    recorded in one, and handed over in another (:func:`delivery_consume`).
     """
     payload = {} if payload is None else payload
     for name, value in (
@@ -51,7 +54,7 @@ def trigger_deliver(
                 message=message,
                 correlation=correlation,
                 payload=payload,
-                received_at=Now(),
+                received_at=clock(),
             )
     except IntegrityError:
         delivery = TriggerDelivery.objects.get(delivery_id=delivery_id)
@@ -72,9 +75,14 @@ def trigger_deliver(
 
 
 def delivery_consume(*, delivery_id: int) -> bool:
-    """Hand a received delivery to its waiting token, under the delivery's own lease."""
+    """Hand a received delivery to its waiting token, under the delivery's own lease.
+
+    Owns its commits (the lease's, and the hand-over's). Returns whether it handed it over.
+    """
     try:
-        fence = lease_acquire(key=f"trigger:{delivery_id}", holder=worker_name(), ttl=30)
+        fence = lease_acquire(
+            key=f"trigger:{delivery_id}", holder=worker_name(), ttl=delivery_lease_ttl()
+        )
     except LeaseHeld:
         return False
     try:
@@ -88,9 +96,12 @@ def delivery_consume(*, delivery_id: int) -> bool:
 
 
 def _consume(delivery_id: int, fence) -> bool:
-    """Hand the delivery over with conditional writes on ``fence`` (its own lease)."""
+    """Hand the delivery over with conditional writes on ``fence`` (its own lease).
+
+    Owns its commit: the token readied, the delivery consumed and the instance queued.
+    """
     delivery = TriggerDelivery.objects.get(pk=delivery_id)
-    if delivery.state != "received":
+    if delivery.state != DeliveryState.RECEIVED:
         return False
     wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
     token = (
@@ -108,17 +119,17 @@ def _consume(delivery_id: int, fence) -> bool:
             fence=fence,
             state=TokenState.READY,
             payload=delivery.payload,
-            updated_at=Now(),
+            updated_at=clock(),
         )
         if moved != 1:
             return False
         taken = fenced_update(
-            TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
+            TriggerDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.RECEIVED),
             fence=fence,
-            state="consumed",
+            state=DeliveryState.CONSUMED,
             token_id=token.pk,
             consumer_fence=fence.fence,
-            consumed_at=Now(),
+            consumed_at=clock(),
         )
         if taken != 1:
             transaction.set_rollback(True)
@@ -127,20 +138,21 @@ def _consume(delivery_id: int, fence) -> bool:
     return True
 
 
-def consume_buffered(run, token: Token, delivery: TriggerDelivery) -> None:
-    """A token that starts waiting takes a message that arrived before it (instance fence)."""
+def delivery_take(*, delivery: TriggerDelivery, token: Token, fence: Fence) -> dict | None:
+    """Mark a buffered delivery consumed by ``token``, which just began to wait for it.
+
+    Conditional on the delivery still being received and on ``fence`` (the instance's):
+    returns the payload for the token, or None when someone else took the message first.
+    Needs the caller's commit; the caller readies the token in it.
+    """
     taken = fenced_update(
-        TriggerDelivery.objects.filter(pk=delivery.pk, state="received"),
-        fence=run.fence,
-        state="consumed",
+        TriggerDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.RECEIVED),
+        fence=fence,
+        state=DeliveryState.CONSUMED,
         token_id=token.pk,
-        consumer_fence=run.fence.fence,
-        consumed_at=Now(),
+        consumer_fence=fence.fence,
+        consumed_at=clock(),
     )
-    if taken == 1:
-        run.update_token(
-            token,
-            TokenState.WAITING,
-            state=TokenState.READY,
-            payload=json.loads(json.dumps(delivery.payload)),
-        )
+    if taken != 1:
+        return None
+    return json.loads(json.dumps(delivery.payload))

@@ -15,10 +15,10 @@ from govflow.engine.models import InstanceStatus, Token, TokenState, WaitKind
 from govflow.engine.queue import enqueue_advance
 from govflow.engine.registry import registry
 from govflow.engine.selectors import step_get
+from govflow.engine.services.blocking import leave_or_block
 from govflow.engine.services.definitions import spec_of
 from govflow.engine.services.instances import InstanceHeld
 from govflow.engine.services.routing import Router
-from govflow.engine.services.runtime import leave_or_block
 from recovery.api import (
     ChainBroken,
     DecisionKind,

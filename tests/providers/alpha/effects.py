@@ -23,8 +23,8 @@ def store_path() -> Path:
     )
 
 
-def _connect() -> sqlite3.Connection:
-    path = store_path()
+def _connect(path: Path | None = None) -> sqlite3.Connection:
+    path = path or store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=30, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -34,6 +34,16 @@ def _connect() -> sqlite3.Connection:
     )
     conn.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT, action TEXT, phase TEXT)")
     return conn
+
+
+def store_create(path: Path) -> None:
+    """Create the store (WAL mode, tables) before any worker opens it.
+
+    Two processes opening a brand-new file at the same moment can both try to switch it to
+    WAL, and one gets "database is locked" at once (no busy wait): the action raises, and
+    the engine rightly records an unknown outcome that the test did not ask for.
+    """
+    _connect(path).close()
 
 
 def apply_effect(key: str, action: str, data: dict) -> bool:

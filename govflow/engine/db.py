@@ -1,0 +1,136 @@
+"""The engine's database layer: its commit, its one clock, and its few SQL differences.
+
+``engine_commit`` is the transaction of every engine write — a run's step, an instance
+start, a sweeper batch.
+
+The recovery core keeps its per-database fragments in one ``Dialect``
+(``recovery.api.dialect``). The engine's own raw statements — firing due timers, queueing
+tasks in bulk, stamping queued instances — take theirs from :class:`EngineDialect`, built
+on it: no other engine module asks which database it runs on.
+
+**One clock.** The engine reads the database clock the way the ledger does: the time when
+the statement runs (``clock_timestamp()`` on PostgreSQL, not ``STATEMENT_TIMESTAMP()``,
+which is when the statement *arrived* and may be long before a lock it waited for was
+granted). :func:`clock` is that clock for the ORM, ``EngineDialect.now`` for SQL. A
+statement that scans many rows by time reads it once instead (``now_once``, or a value
+read by :func:`clock_read`): PostgreSQL cannot bound an index scan, or turn an ``EXISTS``
+into a join, by a function whose value changes while the statement runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.db import connection as default_connection
+from django.db.models.functions import Now
+
+from recovery.api import Dialect, atomic, dialect_of, joined
+
+__all__ = [
+    "Clock",
+    "EngineDialect",
+    "clock",
+    "clock_read",
+    "engine_commit",
+    "engine_dialect",
+]
+
+
+@contextmanager
+def engine_commit() -> Iterator[None]:
+    """One engine commit (owns it): a run's step, an instance start, a sweeper batch.
+
+    The ledger's writes inside it join it without savepoints. Nested in another engine
+    commit it joins that one; any error rolls the whole commit back (all or nothing).
+    """
+    with atomic(), joined():
+        yield
+
+
+@dataclass(frozen=True)
+class EngineDialect:
+    base: Dialect
+    """Recovery's fragments (clock, lease lock): the engine never spells them again."""
+
+    id_in: str
+    """``<column> {id_in}``: the column is one of a list of ids, passed as one parameter
+    (:meth:`list_param`), so a statement with 2,000 ids is still one prepared statement."""
+
+    text_rows: str
+    """A ``FROM`` item yielding one row per string of a list passed as one parameter,
+    in a column named ``value``."""
+
+    skip_locked: str
+    """Locks the selected rows, passing over rows another transaction holds (PostgreSQL).
+    SQLite serialises writers with ``BEGIN IMMEDIATE`` and needs nothing here."""
+
+    chained_writes: bool
+    """One statement may chain ``UPDATE``s through ``WITH`` (PostgreSQL's data-modifying
+    CTEs); otherwise each is a statement of its own in the same transaction."""
+
+    list_param: Callable[[Sequence[object]], object]
+
+    @property
+    def now(self) -> str:
+        """The database clock when the statement runs (recovery's)."""
+        return self.base.now
+
+    @property
+    def now_once(self) -> str:
+        """The same clock, read once per statement: an index can bound a scan by it."""
+        return f"(SELECT {self.base.now})"
+
+
+_POSTGRES = dict(
+    id_in="= ANY(%s)",
+    text_rows="unnest(%s::text[]) AS queued(value)",
+    skip_locked="FOR UPDATE SKIP LOCKED",
+    chained_writes=True,
+    list_param=list,
+)
+_SQLITE = dict(
+    id_in="IN (SELECT value FROM json_each(%s))",
+    text_rows="json_each(%s)",
+    skip_locked="",
+    chained_writes=False,
+    list_param=lambda values: json.dumps(list(values)),
+)
+
+
+def engine_dialect(connection=None) -> EngineDialect:
+    """The fragments for ``connection`` (the default database unless given)."""
+    connection = connection or default_connection
+    extra = _POSTGRES if connection.vendor == "postgresql" else _SQLITE
+    return EngineDialect(base=dialect_of(connection), **extra)
+
+
+class Clock(Now):
+    """The database clock as the ledger reads it, for the ORM (see the module docstring).
+
+    A ``Now``: recovery's plain-SQL writers (``fenced_update_row``, ``insert_row``) write
+    it as their own clock expression.
+    """
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(
+            compiler, connection, template=dialect_of(connection).now, **extra_context
+        )
+
+
+def clock() -> Clock:
+    return Clock()
+
+
+def clock_read() -> dt.datetime:
+    """The database clock now, as a value: for a statement that scans many rows by time."""
+    with default_connection.cursor() as cursor:
+        # An empty parameter list makes the backend unescape the '%%' of SQLite's strftime.
+        cursor.execute(f"SELECT {engine_dialect().now}", [])
+        value = cursor.fetchone()[0]
+    if isinstance(value, str):  # SQLite: 'YYYY-MM-DD HH:MM:SS.SSS' in UTC
+        value = dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+    return value

@@ -1,0 +1,359 @@
+"""The run: one worker's view of one instance while it holds the instance's lease.
+
+This module owns the ``Run`` object and everything that ends a write of it: its commit
+(``Run.commit``, an engine commit of ``db.engine_commit``), the projection's seal (a
+``projection`` checkpoint when no ledger write carried the new fingerprint), and the
+release of the lease in the commit that ends the instance — the one place that releases
+it then. Its routed rows and instance row are written by ``writes``.
+Planning, dispatching and settling steps live above it (``dispatch``, ``settle``,
+``steps``); the loop that drives them is ``runtime``. The protocol is in ``runtime``'s
+docstring.
+
+Transactions: each function says whether it *owns* its commit (opens and closes it) or
+*needs* the caller's (runs inside an open ``Run.commit`` / ``engine_commit``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from recovery.api import (
+    ConflictError,
+    Fence,
+    Subject,
+    fenced_update_row,
+    incident_open_sql,
+    incident_report,
+    lease_release,
+    lease_renew,
+    projection_head_sql,
+    projection_record,
+)
+
+from ..conf import lease_ttl
+from ..db import clock, engine_commit
+from ..definitions import Spec
+from ..errors import EngineConflict, EngineError
+from ..models import Incident, Instance, Token
+from ..projection import SUBJECT_TYPE, projection_of
+from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE, token_may_move
+from .definitions import instance_pinned
+from .routing import Router
+from .writes import write_instance, write_routed
+
+__all__ = [
+    "INTEGRITY_BLOCK",
+    "Run",
+    "incident_message",
+    "instance_lease_key",
+    "load_run",
+]
+
+log = logging.getLogger("govflow.engine")
+
+
+def instance_lease_key(instance_id: int) -> str:
+    return f"instance:{instance_id}"
+
+
+INTEGRITY_BLOCK = "Integrity incident #"
+"""How the reason of an instance stopped for integrity starts (``incident_message``)."""
+
+
+def incident_message(incident_id: int, detail: str = "", *, where: str = "on this instance") -> str:
+    """What an operator reads on an instance stopped by an integrity incident."""
+    return (
+        f"{INTEGRITY_BLOCK}{incident_id} is open {where}"
+        f"{f' ({detail})' if detail else ''}. No new effect is dispatched and no step "
+        "moves until it is resolved: once the cause is repaired, one person requests the "
+        "resolution and a second approves it (Recovery ledger → Integrity incidents)."
+    )[:2000]
+
+
+@dataclass
+class Run:
+    """The in-memory view of one instance while this worker holds its lease.
+
+    It holds what the run knows and what it decided for itself (tokens it will not try
+    again, its budget); what a step decides for the next one is returned by the step
+    (``dispatch.Next``), never left here.
+    """
+
+    instance: Instance
+    spec: Spec
+    fence: Fence
+    definition_fp: str = ""
+    """The hash of the definition's stored bytes, computed when the run loaded it: the
+    ledger records this one, and it must equal the instance's pin (``instance_run``)."""
+    active: dict[int, Token] = field(default_factory=dict)
+    renewed_at: float = field(default_factory=time.monotonic)
+    blocked: set[int] = field(default_factory=set)
+    """Tokens this run could not step (rejected before dispatch): not tried again here."""
+    block_reason: str = ""
+    """Why this run blocked the instance; other branches moving on do not unblock it."""
+    steps_left: int = 0
+    deadline: float = 0.0
+    """This run's step and time budget; a step is chained only within it."""
+    released: bool = False
+    """The lease was released in the commit that ended the instance."""
+    recorded_projection: str = ""
+    """The newest projection fingerprint the instance's chain holds (as of this run's
+    last commit); '' for an instance that has none yet."""
+    integrity_incident: int | None = None
+    """The id of the open integrity incident on this instance when it was loaded."""
+    no_chain: bool = False
+    """A chained dispatch was refused for integrity: dispatch each step in its own commit."""
+    _depth: int = 0
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(SUBJECT_TYPE, str(self.instance.pk))
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return self.instance.variables
+
+    def projection(self) -> str:
+        """The fingerprint of this run's view of the projection (variables, steps)."""
+        return projection_of(self.instance, self.active.values())
+
+    def carry_projection(self) -> str:
+        """The fingerprint for a ledger write that is the last projection change of its
+        commit: the chain will hold it, so the commit needs no checkpoint of its own."""
+        self.recorded_projection = self.projection()
+        return self.recorded_projection
+
+    def may_chain(self) -> bool:
+        return not self.no_chain and self.steps_left > 1 and time.monotonic() < self.deadline
+
+    # -- commits ----------------------------------------------------------------------
+
+    @contextmanager
+    def commit(self) -> Iterator[None]:
+        """One engine commit of this run (owns it; nested in another, joins that one).
+
+        Before the outermost commit closes: if it changed the projection and no ledger
+        write carried the new fingerprint, a ``projection`` checkpoint records it; if it
+        ended the instance, the lease is released in it — the last statement of the
+        commit, so nothing fenced follows it, and it rolls back with the commit. A
+        rolled-back commit leaves the run's recorded fingerprint as it was.
+        """
+        outermost = self._depth == 0
+        before = self.recorded_projection
+        self._depth += 1
+        try:
+            with engine_commit():
+                yield
+                if outermost and not self.released:
+                    self._seal()
+                    self._release_if_ended()
+        except BaseException:
+            if outermost:
+                self.recorded_projection = before
+                self.released = False
+            raise
+        finally:
+            self._depth -= 1
+
+    def _seal(self) -> None:
+        if self.integrity_incident is not None:
+            # Stopped for integrity: what is stored now is not the engine's to vouch for.
+            return
+        current = self.projection()
+        if current != self.recorded_projection:
+            projection_record(subject=self.subject, projection_fp=current, fence=self.fence)
+            self.recorded_projection = current
+
+    def _release_if_ended(self) -> None:
+        if self.instance.status in TERMINAL_STATUSES:
+            lease_release(fence=self.fence)
+            self.released = True
+
+    # -- reading ----------------------------------------------------------------------
+
+    def integrity_problem(self) -> str:
+        """Why nothing may move for this instance now, or '' (opens an incident: its own).
+
+        An open integrity incident, or stored rows that differ from the projection the
+        chain recorded last (which opens one). Asked once when a run or an operator's
+        change loads the instance, under its lease.
+        """
+        if self.integrity_incident is not None:
+            return incident_message(self.integrity_incident)
+        if self.recorded_projection and self.recorded_projection != self.projection():
+            reason = (
+                "the instance's variables or step states differ from the ones its "
+                "checkpoint chain recorded last: they were changed outside the engine"
+            )
+            incident = incident_report(subject=self.subject, reason=reason)
+            self.integrity_incident = incident.pk
+            return incident_message(incident.pk, reason)
+        return ""
+
+    def reload(self) -> None:
+        """Read the instance and its active tokens again, after a refused commit (reads).
+
+        The refused commit changed nothing in the database, but it did change this view
+        (variables, token states, new tokens): start again from what is stored. The fence
+        stays; plans made from the old view are the caller's to drop.
+        """
+        fresh = load_run(self.instance.pk, self.fence)
+        if fresh is None:
+            raise ConflictError(f"Instance {self.instance.pk} no longer exists.")
+        self.instance, self.active = fresh.instance, fresh.active
+        self.recorded_projection = fresh.recorded_projection
+        self.integrity_incident = fresh.integrity_incident
+        self.released = False
+
+    # -- the lease while a step runs ----------------------------------------------------
+
+    def renew_if_due(self) -> None:
+        """Renew the lease once a third of it has passed (its own commit)."""
+        if time.monotonic() - self.renewed_at > lease_ttl() / 3:
+            lease_renew(fence=self.fence, ttl=lease_ttl())
+            self.renewed_at = time.monotonic()
+
+    @contextmanager
+    def kept_alive(self) -> Iterator[None]:
+        """Renew the lease in the background while a provider call runs (outside any
+        transaction; each renewal is the thread's own commit).
+
+        A slow but live call keeps its authority, so nobody marks it outcome_unknown while
+        it is still working. If renewal fails (the lease was lost), the thread stops and
+        the step's second commit is refused by its fence as usual.
+        """
+        stop = threading.Event()
+        interval = lease_ttl() / 3
+
+        def renew() -> None:
+            try:
+                while not stop.wait(interval):
+                    lease_renew(fence=self.fence, ttl=lease_ttl())
+            except ConflictError:
+                log.warning("lease %s lost during a provider call", self.fence)
+            except Exception:  # the step's fenced commit decides; never crash the worker
+                log.exception("could not renew lease %s during a provider call", self.fence)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=renew, name="govflow-lease-keepalive", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.renewed_at = time.monotonic()
+
+    # -- writes (each needs the caller's commit) ----------------------------------------
+
+    def update_token(self, token: Token, expected: str, **values: Any) -> None:
+        """Conditional write: token still ``expected`` and the fence still live (needs the
+        caller's commit).
+
+        A change of state must be a move of the engine's table (``TOKEN_TRANSITIONS``);
+        any other is a bug here, refused before anything is written.
+        """
+        target = values.get("state", expected)
+        if target != expected and not token_may_move(expected, target):
+            raise EngineError(
+                f"Step '{token.node_id}' (#{token.ordinal}) cannot go from {expected} to "
+                f"{target}: the engine's table of step moves does not allow it. This is a "
+                "bug in the engine; nothing was changed."
+            )
+        values.setdefault("updated_at", clock())
+        count = fenced_update_row(
+            Token, pk=token.pk, expect={"state": expected}, fence=self.fence, values=values
+        )
+        if count != 1:
+            raise EngineConflict(
+                f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
+                f"{expected}; someone else changed it. Nothing was changed."
+            )
+        for name, value in values.items():
+            if name != "updated_at":
+                setattr(token, name, value)
+
+    def flush(
+        self, router: Router | None = None, *, status: str | None = None, reason: str = ""
+    ) -> None:
+        """Write what ``router`` collected, then the instance row, on the fence (needs the
+        caller's commit).
+
+        Without ``status`` the instance's status is derived from its active tokens.
+        """
+        if router is not None:
+            write_routed(self, router)
+        write_instance(self, status, reason)
+
+    def engine_incident_open(
+        self, token: Token | None, kind: str, message: str, *, once: bool = False
+    ) -> None:
+        """Open an engine incident for an operator (needs the caller's commit).
+
+        Not an integrity incident (``recovery.api.incident_open``): a failed step, a
+        blocked route, a refused dispatch. With ``once``, not while the same one is open.
+        """
+        if (
+            once
+            and Incident.objects.filter(
+                instance_id=self.instance.pk,
+                token=token,
+                kind=kind,
+                message=message,
+                resolved_at__isnull=True,
+            ).exists()
+        ):
+            return
+        Incident.objects.create(
+            instance_id=self.instance.pk,
+            token=token,
+            kind=kind,
+            message=message,
+            created_at=clock(),
+        )
+
+
+def load_run(instance_id: int, fence: Fence) -> Run | None:
+    """The instance and its active tokens: two plain queries, the definition re-hashed.
+
+    Reads only; the caller holds the instance's lease (``fence``).
+    """
+    quote = connection.ops.quote_name
+    subject = Subject(SUBJECT_TYPE, str(instance_id))
+    projection_sql, projection_params = projection_head_sql(subject)
+    incident_sql, incident_params = incident_open_sql(subject)
+    loaded = instance_pinned(
+        instance_id,
+        extra=[
+            (projection_sql, "recorded_projection", projection_params),
+            (incident_sql, "integrity_incident", incident_params),
+        ],
+    )
+    if loaded is None:
+        return None
+    instance, pinned = loaded
+    run = Run(
+        instance=instance,
+        spec=pinned.spec,
+        fence=fence,
+        definition_fp=pinned.fingerprint,
+        recorded_projection=instance.recorded_projection or "",
+        integrity_incident=instance.integrity_incident,
+    )
+    states = sorted(str(state) for state in TOKEN_ACTIVE)
+    for token in Token.objects.raw(
+        f"SELECT * FROM {quote(Token._meta.db_table)} "
+        f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in states)})",
+        [instance_id, *states],
+    ):
+        run.active[token.pk] = token
+    return run

@@ -1,0 +1,359 @@
+"""Settling a step: what its provider answered (or did not), written with the projection.
+
+``settle`` is commit 2 of a non-atomic step (protocol step 5 in ``runtime``): the
+observation in the ledger and the token, next tokens and variables together — and, when
+it can, the next step's dispatch (``dispatch.dispatch_next``), which it returns as the
+loop's next move. ``rehydrate`` settles what a previous holder of the lease left
+``executing`` (I10). Nothing here calls a provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from recovery.api import (
+    CanonicalError,
+    ChainConflict,
+    IntegrityViolation,
+    OperationState,
+    OperationView,
+    input_guard,
+    operation_get,
+    operation_observe,
+)
+
+from ..db import clock
+from ..errors import EngineConflict
+from ..limits import payload_max_bytes
+from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
+from ..registry import ActionDefinition, registry
+from ..results import Failed, Pending, Succeeded, Unknown
+from ..variables import apply_output
+from .blocking import KEPT_NOTE, block, leave_or_block, stop_for_integrity
+from .dispatch import ChainedDispatchRefused, Next, dispatch_next
+from .routing import after_seconds
+from .run import Run
+
+__all__ = ["MAX_DELAY", "block_inconsistent", "rehydrate", "settle", "settle_kept"]
+
+log = logging.getLogger("govflow.engine")
+
+SETTLE_ATTEMPTS = 3
+
+MAX_DELAY = 86400.0
+"""Longest backoff or poll delay in seconds: doubling must not overflow a date-time."""
+
+
+def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, result) -> Next:
+    """Commit 2 of a non-atomic step: the observation and the projection together.
+
+    Owns its commit (made again, up to ``SETTLE_ATTEMPTS`` times, if refused for a benign
+    race). The provider has answered, so this commit must not be lost to one: if another
+    writer appended to the instance's chain first (a decision requested on another step,
+    say: ``ChainConflict``), the run's view is reloaded under the same fence and the
+    commit is made again. Anything else that refuses it (a stale fence) ends the run as
+    before, and rehydration decides the step. Returns what the loop does next.
+    """
+    result = _admitted(result)
+    for attempt in range(1, SETTLE_ATTEMPTS + 1):
+        try:
+            return _settle_commit(run, token, node, action, key, result)
+        except ChainedDispatchRefused:
+            # Only the next step's dispatch was refused: record this outcome without it;
+            # the loop then stops at that step in its own commit.
+            run.no_chain = True
+            token = _reloaded(run, token)
+            continue
+        except IntegrityViolation as exc:
+            # The outcome itself was refused (a success while an incident is open or the
+            # chain is broken). The provider really answered: keep the answer for when
+            # the incident is resolved, never turn it into outcome_unknown.
+            keep_answer(run, token, key, result)
+            stop_for_integrity(run, token, exc, KEPT_NOTE)
+            return None
+        except ChainConflict:
+            if attempt == SETTLE_ATTEMPTS:
+                raise
+            log.info(
+                "instance %s: the chain moved during step '%s'; recording its outcome again",
+                run.instance.pk,
+                token.node_id,
+            )
+            token = _reloaded(run, token)
+    return None
+
+
+def _admitted(result):
+    """The provider's answer, or an unknown outcome when it cannot be kept as it is."""
+    if isinstance(result, Succeeded):
+        # The output becomes variables: the same guard as every other way in. The effect
+        # did happen, so an output that cannot be kept is an unknown outcome, never lost.
+        try:
+            input_guard(dict(result.output), max_bytes=payload_max_bytes())
+        except CanonicalError as exc:
+            return Unknown(
+                "the provider reported success with an output that is not JSON the engine "
+                f"can keep ({exc.path}: {exc.problem})"
+            )
+        except (TypeError, ValueError):
+            return Unknown("the provider reported success with an output that is not JSON")
+    if isinstance(result, Pending) and _poll_delay(result) is None:
+        return Unknown(
+            f"the provider answered pending with poll_after="
+            f"{result.poll_after!r}, not a number of seconds"
+        )
+    return result
+
+
+def _reloaded(run: Run, token: Token) -> Token:
+    """Read the run again after a refused commit (reads); the step must still be
+    executing."""
+    run.reload()
+    fresh = run.active.get(token.pk)
+    if fresh is None or fresh.state != TokenState.EXECUTING:
+        raise EngineConflict(
+            f"Step '{token.node_id}' (#{token.ordinal}) is no longer executing; someone else "
+            "settled it. Nothing was changed."
+        )
+    return fresh
+
+
+def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Next:
+    """One attempt of :func:`settle`'s commit (owns it)."""
+    next_step: Next = None
+    with run.commit():
+        if isinstance(result, Succeeded):
+            succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
+            next_step = dispatch_next(run)
+        elif isinstance(result, Failed):
+            retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING, operation=key)
+        elif isinstance(result, Pending):
+            _poll_later(run, token, key, result)
+        else:
+            reason = (
+                result.reason
+                if isinstance(result, Unknown)
+                else (f"the provider returned {type(result).__name__}, not a result")
+            )
+            _unknown(run, token, key, reason)
+    return next_step
+
+
+def succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=None) -> None:
+    """A step succeeded (needs the caller's commit): the projection's writes first, then
+    the observation that carries their fingerprint (one commit either way: the order only
+    saves a checkpoint)."""
+    output = dict(result.output)
+    apply_output(run.variables, token.node_id, node.get("output"), output)
+    run.update_token(token, expected, state=TokenState.COMPLETED, reason="", **(extra or {}))
+    run.active.pop(token.pk, None)
+    leave_or_block(run, token)
+    operation_observe(
+        key=key,
+        state=OperationState.SUCCEEDED,
+        fence=run.fence,
+        result=output,
+        projection_fp=run.carry_projection(),
+    )
+
+
+def _poll_later(run: Run, token: Token, key: str, result: Pending) -> None:
+    """The provider owns the outcome: poll it again later (needs the caller's commit)."""
+    run.update_token(
+        token,
+        TokenState.EXECUTING,
+        state=TokenState.READY,
+        poll=token.poll + 1,
+        wait_kind=WaitKind.POLL,
+        not_before=after_seconds(_poll_delay(result)),
+        reason="the provider is working on it; polling again later",
+    )
+    run.flush()  # waiting, unless another branch can run now
+    operation_observe(
+        key=key,
+        state=OperationState.PENDING,
+        fence=run.fence,
+        projection_fp=run.carry_projection(),
+    )
+
+
+def _unknown(run: Run, token: Token, key: str, reason: str) -> None:
+    """No conclusive answer after dispatch: outcome unknown (needs the caller's commit)."""
+    message = (
+        f"Outcome unknown: {reason}. The effect may or may not have happened; an "
+        "operator must record effect confirmed or effect absent with evidence."
+    )
+    run.update_token(
+        token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message[:2000]
+    )
+    run.flush(status=InstanceStatus.BLOCKED, reason=message[:2000])
+    operation_observe(
+        key=key,
+        state=OperationState.OUTCOME_UNKNOWN,
+        fence=run.fence,
+        projection_fp=run.carry_projection(),
+    )
+
+
+def retry_or_fail(run, token, action, failure: Failed, *, expected, operation) -> None:
+    """A conclusive failure (needs the caller's commit): ready again after a backoff while
+    the retry budget lasts, or failed for good with an engine incident."""
+    if operation is not None:
+        operation_observe(
+            key=operation,
+            state=OperationState.FAILED,
+            fence=run.fence,
+            result={"permanent": failure.permanent},
+        )
+    reason = str(failure.reason)[:500]
+    if not failure.permanent and token.attempt < action.retry_budget:
+        delay = min(action.retry_backoff * (2.0 ** min(token.attempt, 64)), MAX_DELAY)
+        run.update_token(
+            token,
+            expected,
+            state=TokenState.READY,
+            attempt=token.attempt + 1,
+            wait_kind=WaitKind.RETRY,
+            not_before=after_seconds(delay),
+            reason=f"transient failure ({reason}); retry in {delay:g} s",
+        )
+        run.flush()
+        return
+    why = (
+        "permanent failure"
+        if failure.permanent
+        else (f"retry budget of {action.retry_budget} exhausted")
+    )
+    message = f"Step '{token.node_id}' failed ({why}): {reason}"
+    run.update_token(token, expected, state=TokenState.FAILED, reason=message)
+    run.active.pop(token.pk, None)
+    run.engine_incident_open(token, "step_failed", message)
+    run.flush(status=InstanceStatus.FAILED, reason=message)
+
+
+def _poll_delay(result: Pending) -> float | None:
+    try:
+        delay = float(result.poll_after)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(delay):
+        return None
+    return min(max(0.0, delay), MAX_DELAY)
+
+
+# -- answers kept while an integrity incident is open -----------------------------------
+
+
+def keep_answer(run: Run, token: Token, key: str, result: Any) -> None:
+    """Keep a provider's answer that could not be recorded now (owns its commit)."""
+    values: dict[str, Any] = {"instance_id": run.instance.pk, "token_id": token.pk}
+    if isinstance(result, Succeeded):
+        values.update(outcome=KeptAnswer.Outcome.SUCCEEDED, output=dict(result.output))
+    elif isinstance(result, Failed):
+        values.update(
+            outcome=KeptAnswer.Outcome.FAILED,
+            reason=str(result.reason)[:2000],
+            permanent=bool(result.permanent),
+        )
+    elif isinstance(result, Pending):
+        values.update(outcome=KeptAnswer.Outcome.PENDING, poll_after=_poll_delay(result))
+    else:
+        values.update(
+            outcome=KeptAnswer.Outcome.UNKNOWN, reason=str(getattr(result, "reason", ""))[:2000]
+        )
+    KeptAnswer.objects.get_or_create(operation_key=key, defaults={**values, "received_at": clock()})
+
+
+def settle_kept(run: Run, token: Token, key: str) -> bool:
+    """Settle a dispatched step with the provider's kept answer; False if none was kept.
+
+    Owns its commits (the settlement's, then marking the answer applied).
+    """
+    kept = KeptAnswer.objects.filter(operation_key=key, applied_at__isnull=True).first()
+    if kept is None:
+        return False
+    node = run.spec.nodes[token.node_id]
+    action = registry.get(node.get("action", ""))
+    if action is None:
+        return False  # rehydration decides: the provider is gone
+    outcome = KeptAnswer.Outcome
+    if kept.outcome == outcome.SUCCEEDED:
+        result: Any = Succeeded(kept.output or {})
+    elif kept.outcome == outcome.FAILED:
+        result = Failed(kept.reason, permanent=kept.permanent)
+    elif kept.outcome == outcome.PENDING:
+        result = Pending(poll_after=kept.poll_after or 0)
+    else:
+        result = Unknown(kept.reason or "the provider's kept answer was not conclusive")
+    log.info("instance %s: recording the kept answer for step '%s'", run.instance.pk, key)
+    # Nothing is chained from here: rehydration runs before the run's step budget is set.
+    settle(run, token, node, action, key, result)
+    KeptAnswer.objects.filter(pk=kept.pk).update(applied_at=clock())
+    return True
+
+
+# -- rehydration (I10) ------------------------------------------------------------------
+
+
+def rehydrate(run: Run) -> None:
+    """Resolve tokens a previous holder left ``executing`` (invariant I10).
+
+    Owns its commits, one per token. A dispatched step whose provider's answer was kept
+    (it arrived while an integrity incident stopped the instance) is settled with that
+    answer, never guessed unknown.
+    """
+    for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
+        operation = operation_get(key=token.operation_key)
+        dispatched = operation is not None and operation.state == OperationState.DISPATCHED
+        if dispatched and settle_kept(run, token, operation.key):
+            continue
+        if operation is None or operation.state == OperationState.PREPARED:
+            with run.commit():
+                # Never crossed the dispatch boundary: no effect can have happened.
+                run.update_token(
+                    token,
+                    TokenState.EXECUTING,
+                    state=TokenState.READY,
+                    attempt=token.attempt + 1,
+                    operation_key="",
+                    reason="resumed after a worker stopped before dispatch",
+                )
+                run.flush()
+        elif dispatched:
+            with run.commit():
+                _unknown_after_restart(run, token, operation.key)
+        else:
+            block_inconsistent(run, token, operation)
+
+
+def _unknown_after_restart(run: Run, token: Token, key: str) -> None:
+    """A dispatched step its worker never settled (needs the caller's commit)."""
+    message = (
+        "The worker stopped after dispatching this action and before "
+        "recording its outcome. The effect may or may not have happened: "
+        "an operator must record effect confirmed or effect absent."
+    )
+    run.update_token(token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message)
+    run.flush(status=InstanceStatus.BLOCKED, reason=message)
+    operation_observe(
+        key=key,
+        state=OperationState.OUTCOME_UNKNOWN,
+        fence=run.fence,
+        projection_fp=run.carry_projection(),
+    )
+
+
+def block_inconsistent(run: Run, token: Token, operation: OperationView) -> None:
+    """Block a token left executing whose operation already ended (should not happen).
+
+    Owns its commit (``block``). It settles nothing: an operator decides.
+    """
+    block(
+        run,
+        token,
+        "inconsistent",
+        f"Step '{token.node_id}' was left executing while its operation {operation.key} "
+        f"is {operation.state}. An operator must look at it before anything moves on.",
+    )

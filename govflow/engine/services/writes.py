@@ -1,0 +1,109 @@
+"""A run's writes besides its tokens' own moves: routed rows and the instance row.
+
+``Run.flush`` calls them, inside the caller's commit and on the run's fence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from django.db import connection
+
+from recovery.api import Fence, fenced_update, fenced_update_row, insert_row
+
+from ..db import clock
+from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenState
+from .routing import Router, derive_status
+from .triggers import delivery_take
+
+__all__ = ["write_instance", "write_routed"]
+
+_MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
+"""Statuses a derived status would claim although a step this run blocked is stuck."""
+
+
+class Run(Protocol):
+    """What the writes need of a run (``services.run.Run`` is one)."""
+
+    fence: Fence
+    instance: Instance
+    active: dict[int, Token]
+    block_reason: str
+
+    def update_token(self, token: Token, expected: str, **values: Any) -> None: ...
+
+
+def write_routed(run: Run, router: Router) -> None:
+    """Write what ``router`` collected, on the run's fence (needs the caller's commit)."""
+    writes = router.writes
+    if writes.completed_joins:
+        fenced_update(
+            Token.objects.filter(pk__in=writes.completed_joins, state=TokenState.WAITING),
+            fence=run.fence,
+            state=TokenState.COMPLETED,
+            updated_at=clock(),
+        )
+        for pk in writes.completed_joins:
+            run.active.pop(pk, None)
+    for token in writes.tokens:
+        insert_row(token)
+        run.active[token.pk] = token
+    if writes.timers:
+        Timer.objects.bulk_create(
+            Timer(instance_id=run.instance.pk, token_id=token.pk, due_at=due)
+            for token, due in writes.timers
+        )
+    for token, delivery in writes.deliveries:
+        # A message that arrived before its step began to wait is taken at once.
+        payload = delivery_take(delivery=delivery, token=token, fence=run.fence)
+        if payload is not None:
+            run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
+
+
+def write_instance(run: Run, status: str | None, reason: str) -> None:
+    """Write the instance row, on the fence (needs the caller's commit): its variables,
+    next ordinal, and ``status`` — derived from its active tokens when None."""
+    new_status = status or derive_status(run.active.values())
+    if status is None and run.block_reason and new_status in _MOVING_ON:
+        # A step blocked earlier in this run is still stuck (it is not tried again in
+        # this run), so another branch moving on must not hide it.
+        new_status, reason = InstanceStatus.BLOCKED, run.block_reason
+    if status is None and new_status == InstanceStatus.COMPLETED:
+        stuck = _stuck_reason(run)
+        if stuck:
+            new_status, reason = InstanceStatus.BLOCKED, stuck
+    values: dict[str, Any] = {
+        "variables": run.instance.variables,
+        "next_ordinal": run.instance.next_ordinal,
+        "status": new_status,
+        "updated_at": clock(),
+    }
+    if status is not None or new_status != run.instance.status:
+        values["reason"] = reason
+        run.instance.reason = reason
+    if new_status == InstanceStatus.COMPLETED:
+        values["completed_at"] = clock()
+    fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
+    run.instance.status = new_status
+
+
+def _stuck_reason(run: Run) -> str:
+    """Why a branch that is no longer active still needs an operator, or ''.
+
+    Asked only when nothing is left active: a step whose effect was recorded absent
+    (failed, awaiting a deliberate retry) or a step whose route out failed (an open
+    route incident) in one parallel branch must keep the instance from completing
+    when another branch reaches its end. One statement, once per instance.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT reason FROM {Token._meta.db_table} WHERE instance_id = %s "
+            "AND state = %s UNION ALL "
+            f"SELECT message FROM {Incident._meta.db_table} WHERE instance_id = %s "
+            "AND kind = %s AND resolved_at IS NULL",
+            [run.instance.pk, TokenState.FAILED.value, run.instance.pk, "route"],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return ""
+    return f"Another branch ended, but this one needs an operator: {row[0]}"[:2000]

@@ -1,0 +1,93 @@
+"""Engine states, and the one table of the moves a step (token) may make.
+
+Persisted values: never rename or reuse one. ``docs/architecture.md`` ("Step states") shows
+the token table, ``tests/unit/test_engine_states.py`` enumerates it, and every change of a
+token's state the engine makes through ``Run.update_token`` is checked against it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class InstanceStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting"
+    BLOCKED = "blocked", "Blocked (needs an operator)"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+TERMINAL_STATUSES = frozenset(
+    {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
+)
+"""An instance in one of these has ended: nothing moves it again."""
+
+
+class TokenState(models.TextChoices):
+    READY = "ready", "Ready"
+    EXECUTING = "executing", "Executing"
+    WAITING = "waiting", "Waiting"
+    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class WaitKind(models.TextChoices):
+    TIMER = "timer", "Timer"
+    TRIGGER = "trigger", "Trigger message"
+    APPROVAL = "approval", "Human approval"
+    EXTERNAL = "external", "External worker"
+    POLL = "poll", "Pending provider (poll)"
+    RETRY = "retry", "Retry backoff"
+    JOIN = "join", "Parallel join"
+
+
+class TimerState(models.TextChoices):
+    SCHEDULED = "scheduled", "Scheduled"
+    FIRED = "fired", "Fired"
+
+
+class DeliveryState(models.TextChoices):
+    RECEIVED = "received", "Received (buffered until a step waits for it)"
+    CONSUMED = "consumed", "Consumed by a waiting step"
+
+
+T = TokenState
+
+TOKEN_TRANSITIONS: dict[str, frozenset[str]] = {
+    # Dispatched (non-atomic), completed in one commit (atomic success, a released wait),
+    # failed for good before any effect (atomic failure), or cancelled.
+    T.READY: frozenset({T.EXECUTING, T.COMPLETED, T.FAILED, T.CANCELLED}),
+    # Never dispatched after a worker stopped, a pending provider or a transient failure
+    # (ready again, later); the provider's conclusive answer; no conclusive answer. Cancelled
+    # only by an approved cancel decision on another step of the instance.
+    T.EXECUTING: frozenset({T.READY, T.COMPLETED, T.FAILED, T.OUTCOME_UNKNOWN, T.CANCELLED}),
+    # Released (timer fired, message delivered, approval given, external task done), a
+    # parallel join's earlier arrivals completed by the last one, or cancelled.
+    T.WAITING: frozenset({T.READY, T.COMPLETED, T.CANCELLED}),
+    # Only an approved decision closes it: effect confirmed, effect absent, cancel (I3).
+    T.OUTCOME_UNKNOWN: frozenset({T.COMPLETED, T.FAILED, T.CANCELLED}),
+    # A deliberate retry, after a failure or an effect recorded absent.
+    T.FAILED: frozenset({T.READY}),
+    T.COMPLETED: frozenset(),
+    T.CANCELLED: frozenset(),
+}
+"""Every change of a token's state the engine makes, as ``{from: {to, ...}}``.
+
+A write that keeps the state (a retry of a step that never left ``ready``: attempt + 1,
+a back-off) is not a move and needs no row here."""
+
+TOKEN_TERMINAL: frozenset[str] = frozenset(
+    s for s, targets in TOKEN_TRANSITIONS.items() if not targets
+)
+TOKEN_ACTIVE: frozenset[str] = frozenset({T.READY, T.EXECUTING, T.WAITING, T.OUTCOME_UNKNOWN})
+"""A token in one of these holds its instance open (``failed`` waits for a retry, but
+does not keep the instance running)."""
+
+
+def token_may_move(current: str, target: str) -> bool:
+    """Whether the table lets a token go from ``current`` to another state ``target``."""
+    return target in TOKEN_TRANSITIONS.get(current, frozenset())
