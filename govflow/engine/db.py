@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.db import connection as default_connection
+from django.db import transaction
 from django.db.models.functions import Now
 
 from recovery.api import Dialect, atomic, dialect_of, joined
@@ -37,6 +38,7 @@ __all__ = [
     "clock_read",
     "engine_commit",
     "engine_dialect",
+    "engine_read",
 ]
 
 
@@ -72,6 +74,11 @@ class EngineDialect:
     """One statement may chain ``UPDATE``s through ``WITH`` (PostgreSQL's data-modifying
     CTEs); otherwise each is a statement of its own in the same transaction."""
 
+    reads_grouped: bool
+    """Reads that belong together share one transaction (PostgreSQL: one server
+    transaction instead of one per statement). SQLite's would take the write lock
+    (``BEGIN IMMEDIATE``), so there they stay one statement each."""
+
     list_param: Callable[[Sequence[object]], object]
 
     @property
@@ -90,6 +97,7 @@ _POSTGRES = dict(
     text_rows="unnest(%s::text[]) AS queued(value)",
     skip_locked="FOR UPDATE SKIP LOCKED",
     chained_writes=True,
+    reads_grouped=True,
     list_param=list,
 )
 _SQLITE = dict(
@@ -97,6 +105,7 @@ _SQLITE = dict(
     text_rows="json_each(%s)",
     skip_locked="",
     chained_writes=False,
+    reads_grouped=False,
     list_param=lambda values: json.dumps(list(values)),
 )
 
@@ -119,6 +128,19 @@ class Clock(Now):
         return self.as_sql(
             compiler, connection, template=dialect_of(connection).now, **extra_context
         )
+
+
+@contextmanager
+def engine_read() -> Iterator[None]:
+    """Reads that belong together, such as a clock read and the query that uses it.
+
+    Reads only; on PostgreSQL it owns one read transaction (``EngineDialect.reads_grouped``).
+    """
+    if engine_dialect().reads_grouped:
+        with transaction.atomic():
+            yield
+    else:
+        yield
 
 
 def clock() -> Clock:

@@ -7,7 +7,7 @@ import types
 import pytest
 from django.db import connection
 
-from govflow.engine.db import clock, clock_read, engine_commit, engine_dialect
+from govflow.engine.db import clock, clock_read, engine_commit, engine_dialect, engine_read
 from govflow.engine.models import Instance, Timer, Token, TokenState
 from govflow.engine.services import timers
 from govflow.engine.services.sweep import SWEEPER
@@ -77,3 +77,13 @@ def test_a_database_other_than_postgresql_or_sqlite_is_refused_with_what_to_use(
     other = types.SimpleNamespace(vendor="mysql")
     with pytest.raises(NotImplementedError, match="PostgreSQL and SQLite, not mysql"):
         engine_dialect(other)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reads_that_belong_together_share_a_transaction_only_where_it_costs_no_lock():
+    # PostgreSQL: the sweep's clock read and the query that uses it are one server
+    # transaction. SQLite: a transaction would take the write lock (BEGIN IMMEDIATE).
+    with engine_read():
+        grouped = connection.in_atomic_block
+    assert grouped is (connection.vendor == "postgresql")
+    assert not connection.in_atomic_block

@@ -43,7 +43,7 @@ from ..conf import (
     sweep_tick,
     sweep_timer_batch,
 )
-from ..db import clock_read, engine_commit
+from ..db import clock_read, engine_commit, engine_read
 from ..liveness import holder_is_dead, host_id, worker_name
 from ..models import (
     DeliveryState,
@@ -72,6 +72,19 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     may still be waiting in the queue) or a retry or poll fell due after it. Owns its
     commit (the sweeper's fence proven in it, then the tasks queued).
     """
+    with engine_read():
+        ids = _requeue_candidates(limit)
+    if not ids:
+        return 0
+    with engine_commit():
+        # Proves this sweeper still holds its lease before it queues anything.
+        lease_require_live(fence=fence, doing="queue instances")
+        enqueue_many(ids)
+    return len(ids)
+
+
+def _requeue_candidates(limit: int) -> list[int]:
+    """The instances :func:`instances_requeue` queues: reads only, one read transaction."""
     stale_after = dt.timedelta(seconds=reenqueue_after())
     # The database clock, read once: a clock that moves during the statement would keep
     # PostgreSQL from joining the EXISTS below (each would run once per instance).
@@ -90,7 +103,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
     fell_due = tokens.filter(
         state=TokenState.READY, not_before__lte=now, not_before__gt=OuterRef("enqueued_at")
     )
-    ids = list(
+    query = (
         Instance.objects.filter(
             status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED]
         )
@@ -104,13 +117,7 @@ def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
         )
         .values_list("pk", flat=True)[:limit]
     )
-    if not ids:
-        return 0
-    with engine_commit():
-        # Proves this sweeper still holds its lease before it queues anything.
-        lease_require_live(fence=fence, doing="queue instances")
-        enqueue_many(ids)
-    return len(ids)
+    return list(query)
 
 
 def deliveries_retry(limit: int = 200) -> int:
