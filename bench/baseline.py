@@ -21,6 +21,8 @@ from recovery import chain
 from recovery.api import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value
 from recovery.api import operation_key as derive_key
 from recovery.keys import chain_keys
+from recovery.services.operations import _BLOCKING as BLOCKING
+from recovery.subjects import LEDGER_WATERMARK as LEDGER_WIDE
 
 # What each captured statement must start with, in order (two transactions).
 SHAPE = (
@@ -198,13 +200,22 @@ def lifecycle_runner(
                     fence.key,
                     fence.holder,
                     fence.fence,
+                    # the dispatch write's own checks: no open incident on the subject or
+                    # the whole ledger, no unsettled operation of the same effect
+                    st,
+                    sid,
+                    LEDGER_WIDE.type,
+                    LEDGER_WIDE.id,
+                    r["idempotency_fp"],
+                    *BLOCKING,
                 ],
             )
             if cur.rowcount != 1:
                 raise RuntimeError(f"baseline: the fence of {st}:{sid} is not live")
             fact, fact_fp, link = p.recorded
             execute(
-                insert_cp, [st, sid, seq, "operation.recorded", fact, fact_fp, prev, link, key_id]
+                insert_cp,
+                [st, sid, seq, "operation.recorded", fact, fact_fp, prev, link, key_id, ""],
             )
         with conn.transaction():
             execute(load_op, [p.key])
@@ -233,7 +244,8 @@ def lifecycle_runner(
                 raise RuntimeError(f"baseline: operation {p.key} did not move")
             fact, fact_fp, link = p.observed
             execute(
-                insert_cp, [st, sid, seq, "operation.observed", fact, fact_fp, prev, link, key_id]
+                insert_cp,
+                [st, sid, seq, "operation.observed", fact, fact_fp, prev, link, key_id, ""],
             )
 
     return one

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +60,16 @@ def timer_document() -> dict:
     }
 
 
+_ANCHORS = tempfile.mkdtemp(prefix="govflow-bench-anchors-")
+
+
 def django_env(url: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(DJANGO_SETTINGS_MODULE=SETTINGS, DATABASE_URL=url, PYTHONPATH=str(ROOT))
+    # Each throwaway database gets its own anchor file: anchors kept from an earlier run
+    # (or another scenario's database) would rightly read as a restored database.
+    database = url.rsplit("/", 1)[-1].split("?", 1)[0]
+    env["GOVFLOW_ANCHOR_PATH"] = os.path.join(_ANCHORS, f"{database}.anchors")
     env["GOVFLOW_LOG_LEVEL"] = "INFO"  # the production default; the driver logs less
     return env
 
