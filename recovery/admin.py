@@ -292,6 +292,10 @@ class EvidenceInline(admin.TabularInline):
     def open_link(self, obj: EvidenceFile):
         return format_html('<a href="{}">{}</a>', evidence_url(obj), obj.name)
 
+    def has_view_permission(self, request, obj=None):
+        # Whoever may see a decision sees its evidence (the download checks this too).
+        return any(request.user.has_perm(p) for p in EVIDENCE_READERS)
+
     def has_add_permission(self, request, obj=None):
         return False
 

@@ -185,3 +185,12 @@ def test_evidence_has_no_public_url(stored):
     public = "/" + storage.url(stored.file.name).lstrip("/")
     assert Client().get(public).status_code == 404
     assert Client().get("/media/" + stored.file.name).status_code == 404
+
+
+def test_the_decision_page_links_each_file_to_the_checked_view(stored, django_user_model):
+    client = Client()
+    client.force_login(make_user(django_user_model, "vic", "recovery.view_decision"))
+    shown = client.get(
+        reverse("admin:recovery_decision_change", args=[stored.decision_id])
+    ).content.decode()
+    assert f'<a href="{evidence_url(stored)}">extract.pdf</a>' in shown
