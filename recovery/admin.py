@@ -8,14 +8,17 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseNotAllowed
+from django.http import FileResponse, Http404, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
 
-from .errors import ConflictError, RecoveryError, RecoveryValidationError
+from .errors import ConflictError, EvidenceCorrupt, RecoveryError, RecoveryValidationError
 from .forms import ResolutionRejectForm, ResolutionRequestForm
 from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
+from .services.evidence import EVIDENCE_READERS, evidence_open
 from .services.facts import incident_trail
 from .services.incidents import subject_check
 from .services.resolutions import (
@@ -273,12 +276,25 @@ def incident_context(request, incident: IntegrityIncident, bound: dict) -> dict:
     }
 
 
+def evidence_url(evidence: EvidenceFile) -> str:
+    """Where a permitted person opens an evidence file: the checked view, never a media URL."""
+    return reverse("admin:recovery_decision_evidence", args=[evidence.pk])
+
+
 class EvidenceInline(admin.TabularInline):
     model = EvidenceFile
-    fields = ("name", "content_type", "size", "fingerprint", "uploaded_at")
+    fields = ("open_link", "content_type", "size", "fingerprint", "uploaded_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
+
+    @admin.display(description="File")
+    def open_link(self, obj: EvidenceFile):
+        return format_html('<a href="{}">{}</a>', evidence_url(obj), obj.name)
+
+    def has_view_permission(self, request, obj=None):
+        # Whoever may see a decision sees its evidence (the download checks this too).
+        return any(request.user.has_perm(p) for p in EVIDENCE_READERS)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -301,3 +317,39 @@ class DecisionAdmin(ReadOnlyAdmin):
     )
     list_filter = ("kind", "state")
     inlines = [EvidenceInline]
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.evidence_view)
+        return [
+            path("evidence/<int:evidence_id>/", view, name="recovery_decision_evidence"),
+            *super().get_urls(),
+        ]
+
+    def evidence_view(self, request, evidence_id: int):
+        """Stream one evidence file, re-hashed first, as a download (never shown inline).
+
+        403 without a permission that shows decisions; a file that is missing or changed
+        is not served: the refusal (and the integrity incident it opened) is shown instead.
+        """
+        if not any(request.user.has_perm(p) for p in EVIDENCE_READERS):
+            raise PermissionDenied
+        try:
+            read = evidence_open(evidence_id=evidence_id, user=request.user)
+        except EvidenceCorrupt as exc:
+            messages.error(request, str(exc))
+            back = request.headers.get("referer", "")
+            if not url_has_allowed_host_and_scheme(back, {request.get_host()}):
+                back = reverse("admin:recovery_integrityincident_change", args=[exc.incident_id])
+            return redirect(back)
+        except RecoveryValidationError as exc:
+            raise Http404(str(exc)) from None
+        response = FileResponse(
+            read.file,
+            as_attachment=True,
+            filename=read.evidence.name,
+            content_type=read.evidence.content_type,
+        )
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = "sandbox"
+        response["Cache-Control"] = "private, no-store"
+        return response

@@ -28,6 +28,7 @@ from .errors import (
     DecisionConflict,
     DecisionError,
     EmptyNonce,
+    EvidenceCorrupt,
     EvidenceRejected,
     InputFingerprintMismatch,
     IntegrityIncidentOpen,
@@ -63,6 +64,7 @@ from .selectors import (
     decisions_awaiting,
     decisions_of,
     decisions_open_of,
+    evidence_files,
     incidents_of,
     lease_current,
     lease_is_live,
@@ -72,7 +74,19 @@ from .selectors import (
     operations_of,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
-from .services.decisions import decision_approve, decision_reject, decision_request
+from .services.decisions import (
+    decision_approve,
+    decision_reject,
+    decision_request,
+    decision_withdraw,
+)
+from .services.evidence import (
+    EVIDENCE_READERS,
+    EvidenceRead,
+    evidence_attach,
+    evidence_open,
+    evidence_received,
+)
 from .services.facts import INCIDENT_TRAIL, fact_append, facts_read, incident_trail
 from .services.incidents import (
     AnchorsReport,
@@ -132,6 +146,7 @@ from .watermarks import ANCHOR_STORE, LEDGER
 
 __all__ = [
     "ANCHOR_STORE",
+    "EVIDENCE_READERS",
     "INCIDENT_TRAIL",
     "LEDGER",
     "RESOLVE_PERMISSION",
@@ -156,6 +171,8 @@ __all__ = [
     "Dialect",
     "EffectOperation",
     "EmptyNonce",
+    "EvidenceCorrupt",
+    "EvidenceRead",
     "EvidenceRejected",
     "Fence",
     "FileAnchorStore",
@@ -202,11 +219,16 @@ __all__ = [
     "decision_get",
     "decision_reject",
     "decision_request",
+    "decision_withdraw",
     "decisions_awaiting",
     "decisions_of",
     "decisions_open_of",
     "dialect",
     "dialect_of",
+    "evidence_attach",
+    "evidence_files",
+    "evidence_open",
+    "evidence_received",
     "fact_append",
     "facts_read",
     "fence_condition",

@@ -145,6 +145,17 @@ class EvidenceRejected(RecoveryValidationError):
     """An uploaded evidence file is empty, too large, or not an accepted type."""
 
 
+class EvidenceCorrupt(IntegrityViolation):
+    """A stored evidence file is missing or no longer matches its fingerprint; not served.
+
+    ``incident_id`` is the integrity incident opened for it.
+    """
+
+    def __init__(self, message: str, *, incident_id: int | None = None) -> None:
+        self.incident_id = incident_id
+        super().__init__(message)
+
+
 class ChainKeyError(RecoveryError):
     """The checkpoint chain keys in settings are missing or malformed."""
 

@@ -2,8 +2,8 @@
 
 Files are never held in memory whole. Each is streamed in chunks into a temporary file
 beside the evidence store while it is hashed (BLAKE3) and checked, and moved to its
-content-addressed place only once every file of the request is valid and the decision is
-being recorded. A file that fails validation leaves nothing behind.
+content-addressed place only after the transaction that recorded it has committed. A file
+that fails validation, or whose transaction rolls back, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import codecs
 import contextlib
 import os
 import tempfile
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import filetype
 from django.conf import settings
 from django.core.exceptions import SuspiciousFileOperation
 from django.core.files import File
+from django.db import transaction
 from django.utils.text import get_valid_filename
 
 from .canonical import FingerprintKind, fingerprint_hasher
@@ -105,12 +107,8 @@ def _too_large_total(limit: int) -> EvidenceRejected:
     )
 
 
-def _receive(upload, directory: str, budget: int, total_limit: int) -> ValidatedEvidence:
-    """Stream one upload into a temporary file in ``directory``, checking as it goes.
-
-    ``budget`` is what is left of the request's total. Raises :class:`EvidenceRejected`
-    (the temporary file removed) saying what is wrong and what is accepted.
-    """
+def _admitted_name(upload) -> tuple[str, str, str]:
+    """The upload's name as given, sanitised, and its extension; refused when not accepted."""
     raw_name = getattr(upload, "name", "") or ""
     name = sanitise_name(raw_name)
     ext = os.path.splitext(name)[1]
@@ -120,74 +118,102 @@ def _receive(upload, directory: str, budget: int, total_limit: int) -> Validated
             f"{raw_name!r}: files of type {ext or '(no extension)'} are not accepted as "
             f"evidence. Accepted: {accepted}."
         )
-    limit = max_bytes()
     size = getattr(upload, "size", None)
-    if size is not None and size > limit:
+    if size is not None and size > max_bytes():
         raise EvidenceRejected(
             f"{raw_name!r} is {size} bytes; evidence files may be at most "
-            f"{limit} bytes. Upload a smaller extract."
+            f"{max_bytes()} bytes. Upload a smaller extract."
         )
-    text = ext in TEXT_TYPES
-    decoder = codecs.getincrementaldecoder("utf-8")() if text else None
-    hasher = fingerprint_hasher(FingerprintKind.EVIDENCE)
-    head = b""
-    received = 0
+    return raw_name, name, ext
+
+
+class _Checker:
+    """Checks one upload's bytes as they stream past: sizes, text, and its signature."""
+
+    def __init__(self, raw_name: str, ext: str, budget: int, total_limit: int) -> None:
+        self.raw_name, self.ext = raw_name, ext
+        self.budget, self.total_limit, self.limit = budget, total_limit, max_bytes()
+        self.text = ext in TEXT_TYPES
+        self.decoder = codecs.getincrementaldecoder("utf-8")() if self.text else None
+        self.hasher = fingerprint_hasher(FingerprintKind.EVIDENCE)
+        self.head = b""
+        self.received = 0
+
+    def not_text(self) -> EvidenceRejected:
+        return EvidenceRejected(f"{self.raw_name!r} is named {self.ext} but is not UTF-8 text.")
+
+    def chunk(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.received > self.limit:
+            raise EvidenceRejected(
+                f"{self.raw_name!r} is larger than {self.limit} bytes; upload a smaller extract."
+            )
+        if self.received > self.budget:
+            raise _too_large_total(self.total_limit)
+        if len(self.head) < SIGNATURE_BYTES:
+            self.head += data[: SIGNATURE_BYTES - len(self.head)]
+        if self.decoder is not None:
+            try:
+                self.decoder.decode(data)
+            except UnicodeDecodeError:
+                raise self.not_text() from None
+            if b"\x00" in data:
+                raise EvidenceRejected(
+                    f"{self.raw_name!r} is named {self.ext} but contains binary data."
+                )
+        self.hasher.update(data)
+
+    def content_type(self) -> str:
+        """Once every byte was seen: the content type, or why the file is refused."""
+        if not self.received:
+            raise EvidenceRejected(f"{self.raw_name!r} is empty; evidence must show something.")
+        if self.decoder is not None:
+            try:
+                self.decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                raise self.not_text() from None
+            return TEXT_TYPES[self.ext]
+        expected = BINARY_TYPES[self.ext]
+        kind = filetype.guess(self.head)
+        if kind is None or kind.mime != expected:
+            raise EvidenceRejected(
+                f"{self.raw_name!r} is named {self.ext} but its content is "
+                f"{kind.mime if kind else 'not a recognised file type'}. Upload the real file."
+            )
+        return expected
+
+
+def _receive(upload, directory: str, budget: int, total_limit: int) -> ValidatedEvidence:
+    """Stream one upload into a temporary file in ``directory``, checking as it goes.
+
+    ``budget`` is what is left of the request's total. Raises :class:`EvidenceRejected`
+    (the temporary file removed) saying what is wrong and what is accepted.
+    """
+    raw_name, name, ext = _admitted_name(upload)
+    check = _Checker(raw_name, ext, budget, total_limit)
     fd, temp_path = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in _chunks(upload):
-                received += len(chunk)
-                if received > limit:
-                    raise EvidenceRejected(
-                        f"{raw_name!r} is larger than {limit} bytes; upload a smaller extract."
-                    )
-                if received > budget:
-                    raise _too_large_total(total_limit)
-                if len(head) < SIGNATURE_BYTES:
-                    head += chunk[: SIGNATURE_BYTES - len(head)]
-                if decoder is not None:
-                    try:
-                        decoder.decode(chunk)
-                    except UnicodeDecodeError:
-                        raise EvidenceRejected(
-                            f"{raw_name!r} is named {ext} but is not UTF-8 text."
-                        ) from None
-                    if b"\x00" in chunk:
-                        raise EvidenceRejected(
-                            f"{raw_name!r} is named {ext} but contains binary data."
-                        )
-                hasher.update(chunk)
+                check.chunk(chunk)
                 out.write(chunk)
-        if not received:
-            raise EvidenceRejected(f"{raw_name!r} is empty; evidence must show something.")
-        if decoder is not None:
-            try:
-                decoder.decode(b"", final=True)
-            except UnicodeDecodeError:
-                raise EvidenceRejected(
-                    f"{raw_name!r} is named {ext} but is not UTF-8 text."
-                ) from None
-            content_type = TEXT_TYPES[ext]
-        else:
-            content_type = BINARY_TYPES[ext]
-            kind = filetype.guess(head)
-            if kind is None or kind.mime != content_type:
-                raise EvidenceRejected(
-                    f"{raw_name!r} is named {ext} but its content is "
-                    f"{kind.mime if kind else 'not a recognised file type'}. "
-                    "Upload the real file."
-                )
+        content_type = check.content_type()
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temp_path)
+        _remove([temp_path])
         raise
     return ValidatedEvidence(
         name=name,
         content_type=content_type,
-        size=received,
-        fingerprint=hasher.hexdigest(),
+        size=check.received,
+        fingerprint=check.hasher.hexdigest(),
         temp_path=temp_path,
     )
+
+
+def _remove(paths: Iterable[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 class _TemporaryFile(File):
@@ -207,16 +233,20 @@ class EvidenceBatch:
     Use it as a context manager around the recording::
 
         with EvidenceBatch(uploads, storage=storage) as batch:  # streams and validates
-            ...  # write the rows, naming storage_path(item.fingerprint) for each item
-            batch.store()  # last: move the files into their content-addressed places
+            with transaction.atomic():
+                ...  # write the rows, naming storage_path(item.fingerprint) for each item
+                batch.store_after_commit()  # the files belong to the transaction now
 
-    Leaving the block removes every temporary file that was not stored, whatever happened.
+    The files reach their content-addressed places only after the outermost transaction
+    commits (``transaction.on_commit``); a rollback removes them. Leaving the block
+    removes every temporary file not handed to a transaction, whatever happened.
     """
 
     def __init__(self, uploads: Iterable, *, storage) -> None:
         self.uploads = list(uploads)
         self.storage = storage
         self.files: list[ValidatedEvidence] = []
+        self._handed_over = False
 
     def __enter__(self) -> EvidenceBatch:
         total_limit = max_total_bytes()
@@ -236,26 +266,48 @@ class EvidenceBatch:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._discard()
+        if not self._handed_over:
+            self._discard()
 
-    def store(self) -> dict[str, str]:
-        """Move each file to its content-addressed place (kept if already there).
+    def store_after_commit(self) -> None:
+        """Hand the files to the open transaction (internal: inside one).
 
-        Returns fingerprint → the name the storage holds it under.
+        After the outermost transaction commits, each file is moved to its
+        content-addressed place (kept if already there). If it rolls back, Django drops
+        the callback and the files are removed with it: a rolled-back request leaves no
+        file behind.
         """
-        stored: dict[str, str] = {}
-        for item in self.files:
-            path = storage_path(item.fingerprint)
-            if item.fingerprint in stored:
-                continue
-            if self.storage.exists(path):
-                stored[item.fingerprint] = path
-                continue
-            with _TemporaryFile(item.temp_path) as content:
-                stored[item.fingerprint] = self.storage.save(path, content)
-        return stored
+        if self.files:
+            transaction.on_commit(_AfterCommit(self.files, self.storage), robust=True)
+        self._handed_over = True
 
     def _discard(self) -> None:
+        _remove(item.temp_path for item in self.files)
+
+
+class _AfterCommit:
+    """Moves received files into the store once their transaction has committed.
+
+    Django keeps the callback until the commit, and drops it on a rollback; whenever it
+    is dropped, the finaliser removes the temporary files that were not moved.
+    """
+
+    def __init__(self, files: list[ValidatedEvidence], storage) -> None:
+        self.files = files
+        self.storage = storage
+        weakref.finalize(self, _remove, [item.temp_path for item in files])
+
+    def __call__(self) -> None:
+        done: set[str] = set()
         for item in self.files:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(item.temp_path)
+            if item.fingerprint in done:
+                continue
+            done.add(item.fingerprint)
+            path = storage_path(item.fingerprint)
+            if self.storage.exists(path):
+                continue  # the same content, stored by another request
+            with _TemporaryFile(item.temp_path) as content:
+                saved = self.storage.save(path, content)
+            if saved != path:  # another request stored the same content meanwhile
+                self.storage.delete(saved)
+        _remove(item.temp_path for item in self.files)

@@ -269,7 +269,16 @@ def evidence_storage():
 class EvidenceFile(models.Model):
     """A file an operator uploaded as evidence, stored by its BLAKE3 fingerprint."""
 
-    decision = models.ForeignKey(Decision, on_delete=models.PROTECT, related_name="evidence")
+    decision = models.ForeignKey(
+        Decision, null=True, blank=True, on_delete=models.PROTECT, related_name="evidence"
+    )
+    attached_to = models.CharField(
+        max_length=201,
+        blank=True,
+        default="",
+        help_text="For evidence of something other than a decision (an investigation): "
+        "the subject it concerns, as type:id.",
+    )
     file = models.FileField(storage=evidence_storage, max_length=200)
     fingerprint = models.CharField(**FP)
     size = models.PositiveBigIntegerField()

@@ -33,6 +33,7 @@ __all__ = [
     "decisions_awaiting",
     "decisions_of",
     "decisions_open_of",
+    "evidence_files",
     "incidents_of",
     "lease_current",
     "lease_is_live",
@@ -143,6 +144,11 @@ def decision_get(*, decision_id: int, subject: Subject | None = None) -> Decisio
 def decision_evidence(decision: Decision) -> list[EvidenceFile]:
     """The evidence files of ``decision``, in the order they were stored."""
     return sorted(decision.evidence.all(), key=lambda f: f.pk)
+
+
+def evidence_files(*, ids) -> QuerySet[EvidenceFile]:
+    """The evidence files with these ids (for an owner that keeps their ids), by id."""
+    return EvidenceFile.objects.filter(pk__in=list(ids)).order_by("pk")
 
 
 def incidents_of(subject: Subject, *, open_only: bool = False) -> QuerySet[IntegrityIncident]:

@@ -62,6 +62,7 @@ class DecisionState(models.TextChoices):
     REQUESTED = "requested", "Awaiting approval"
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn by its requester"
 
 
 class IncidentStatus(models.TextChoices):

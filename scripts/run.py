@@ -1,7 +1,7 @@
 """``make run``: the embedded GovFlow on this machine.
 
-Migrates the SQLite database, creates two demo operator logins (a requester and an
-approver, because decisions need a second person), publishes the demo workflows and makes a
+Migrates the SQLite database, creates the demo logins (an operator and two approvers,
+because decisions need a second person), publishes the demo workflows and makes a
 demo API key for the demo tenant (kept in var/ like the password), starts
 the development web server and a django-q2 worker cluster (each in its own process group),
 waits until the server answers, prints the URL, the credentials and how to start a demo
@@ -115,7 +115,8 @@ def main() -> int:
         "\n"
         f"  GovFlow is running at http://{HOST}:{PORT}/admin/\n"
         f"  Operator login:  operator / {password}\n"
-        f"  Approver login:  approver / {password}   (decisions need a second person)\n"
+        f"  Approver logins: approver / {password}  and  approver2 / {password}\n"
+        "    (decisions need a second person: one approver requests, the other approves)\n"
         f"  REST API key (tenant demo-municipality, every scope; development only):\n"
         f"    {api_key}\n"
         f"    curl -H 'Authorization: Api-Key {api_key}' http://{HOST}:{PORT}/api/v1/me/\n"

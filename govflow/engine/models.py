@@ -205,6 +205,13 @@ class Incident(models.Model):
     message = models.TextField()
     created_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # The recorded investigation: who resolved it, what they found, and the ids of the
+    # evidence files they attached (recovery's, attached to the instance's subject).
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    resolution = models.TextField(blank=True, default="")
+    resolution_evidence = models.JSONField(default=list, blank=True)
 
     class Meta:
         db_table = "engine_incident"

@@ -62,7 +62,8 @@ class CancelForm(forms.Form):
         label="Reason for cancelling",
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Recorded on the instance. Cancelling undoes nothing outside the engine.",
+        help_text="Recorded on the instance. Cancelling undoes nothing outside the engine: "
+        "a step whose outcome is unknown stays open until someone records what happened.",
     )
 
 
@@ -127,8 +128,12 @@ class HandoffRequestForm(forms.Form):
         help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
     )
 
-    def __init__(self, *args, checks=(), **kwargs) -> None:
+    def __init__(self, *args, checks=(), allow_cancel: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if not allow_cancel:  # the instance is cancelled already: only what happened
+            self.fields["kind"].choices = [
+                c for c in DecisionKind.choices if c[0] != DecisionKind.CANCEL
+            ]
         self.check_ids = []
         for check in checks:
             name = CHECK_PREFIX + check.id
@@ -151,6 +156,22 @@ class RejectDecisionForm(forms.Form):
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         help_text="The requester sees this and can request again.",
+    )
+
+
+class IncidentResolveForm(forms.Form):
+    """The investigation that resolves an engine incident: what was found, with evidence."""
+
+    rationale = forms.CharField(
+        label="What you investigated and found",
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Recorded with your name on the incident and on the instance's chain.",
+    )
+    evidence = MultipleFileField(
+        label="Evidence files (optional)",
+        required=False,
+        help_text="PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
     )
 
 

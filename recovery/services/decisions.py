@@ -20,7 +20,7 @@ from ..states import DecisionKind, DecisionState, OperationState
 from ..subjects import Subject
 from ._ledger import load_row, opening_incidents, transition, verified_head
 
-__all__ = ["decision_approve", "decision_reject", "decision_request"]
+__all__ = ["decision_approve", "decision_reject", "decision_request", "decision_withdraw"]
 
 K = DecisionKind
 S = OperationState
@@ -114,7 +114,7 @@ def _record_request(operation_key, kind, rationale, requested_by, checks, batch)
                 requested_by=requested_by,
                 requested_at=Now(),
             )
-            rows = [
+            for item in files:
                 EvidenceFile.objects.create(
                     decision=decision,
                     file=storage_path(item.fingerprint),
@@ -124,8 +124,6 @@ def _record_request(operation_key, kind, rationale, requested_by, checks, batch)
                     name=item.name,
                     uploaded_at=Now(),
                 )
-                for item in files
-            ]
             subject = Subject(operation.subject_type, operation.subject_id)
             with connection.cursor() as cursor:
                 chain.append(
@@ -143,12 +141,9 @@ def _record_request(operation_key, kind, rationale, requested_by, checks, batch)
                         "evidence": sorted(f.fingerprint for f in files),
                     },
                 )
-            # Last, so a refusal above leaves no file behind. The store is content-
-            # addressed: a file another request placed under the same fingerprint is kept.
-            stored = batch.store()
-            for row in rows:
-                if row.file.name != stored[row.fingerprint]:
-                    EvidenceFile.objects.filter(pk=row.pk).update(file=stored[row.fingerprint])
+            # The files reach the store after the commit, and are removed on a rollback
+            # (of this block or of a caller's): a refused request leaves no file behind.
+            batch.store_after_commit()
     except IntegrityError as exc:
         raise DecisionConflict(
             f"Operation {operation_key} already has a decision awaiting approval. Approve or "
@@ -174,10 +169,7 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
             state=DecisionState.APPROVED, decided_by=approved_by, decided_at=Now()
         )
         if claimed != 1:
-            raise DecisionConflict(
-                f"Decision {decision_id} is no longer awaiting approval (someone else "
-                "approved or rejected it). Nothing was changed."
-            )
+            raise _not_awaiting(decision_id)
         _, target = DECIDABLE[decision.kind]
         operation = decision.operation
         subject = Subject(operation.subject_type, operation.subject_id)
@@ -245,7 +237,7 @@ def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
             decision_note=note,
         )
         if changed != 1:
-            raise DecisionConflict(f"Decision {decision_id} is no longer awaiting approval.")
+            raise _not_awaiting(decision_id)
         operation = decision.operation
         subject = Subject(operation.subject_type, operation.subject_id)
         with connection.cursor() as cursor:
@@ -258,6 +250,56 @@ def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:
                     "operation": operation.key,
                     "decision": decision.pk,
                     "rejected_by": rejected_by.pk,
+                },
+            )
+    decision.refresh_from_db()
+    return decision
+
+
+def _not_awaiting(decision_id: int) -> DecisionConflict:
+    """The refusal for a decision someone already approved, rejected or withdrew."""
+    state = Decision.objects.filter(pk=decision_id).values_list("state", flat=True).first()
+    now = DecisionState(state).label.lower() if state else "gone"
+    return DecisionConflict(
+        f"Decision {decision_id} is no longer awaiting approval: it is {now}. A decision is "
+        "decided once; nothing was changed."
+    )
+
+
+def decision_withdraw(*, decision_id: int, withdrawn_by) -> Decision:
+    """The requester withdraws their own decision before anyone decided it.
+
+    The operation stays as it was and a ``decision.withdrawn`` checkpoint is appended; a
+    new decision can then be requested. Only the requester may withdraw (another person
+    rejects, with a note).
+    """
+    _require_perm(withdrawn_by, "recovery.request_decision", "withdraw a decision")
+    with transaction.atomic():
+        decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
+        if decision is None:
+            raise DecisionError(f"No decision has id {decision_id}.")
+        if decision.requested_by_id != withdrawn_by.pk:
+            raise DecisionError(
+                f"Only its requester ({decision.requested_by}) can withdraw decision "
+                f"{decision_id}; reject it with a note instead."
+            )
+        changed = Decision.objects.filter(
+            pk=decision_id, state=DecisionState.REQUESTED, requested_by=withdrawn_by
+        ).update(state=DecisionState.WITHDRAWN, decided_at=Now())
+        if changed != 1:
+            raise _not_awaiting(decision_id)
+        operation = decision.operation
+        subject = Subject(operation.subject_type, operation.subject_id)
+        with connection.cursor() as cursor:
+            chain.append(
+                cursor,
+                subject,
+                chain.read_head(cursor, subject),
+                "decision.withdrawn",
+                {
+                    "operation": operation.key,
+                    "decision": decision.pk,
+                    "withdrawn_by": withdrawn_by.pk,
                 },
             )
     decision.refresh_from_db()

@@ -179,15 +179,8 @@ def _record(resolution: IncidentResolution, kind: str, fact: dict[str, Any]) -> 
     )
 
 
-def incident_resolve_request(
-    *, incident_id: int, requested_by, rationale: str, watermark: int | None = None
-) -> IncidentResolution:
-    """Ask for an open incident to be resolved, saying what was repaired and how.
-
-    The subject's chain must verify now (with ``watermark``, the revision last seen, when
-    given; an empty chain needs one). Nothing is resolved until a second person approves.
-    """
-    _require_perm(requested_by, "request the resolution of an integrity incident")
+def _admit_request(rationale: Any, watermark: Any) -> str:
+    """The rationale of a resolution request, stripped; refused with what to write."""
     rationale = _text(
         rationale,
         "rationale",
@@ -198,6 +191,19 @@ def incident_resolve_request(
         not isinstance(watermark, int) or isinstance(watermark, bool) or watermark < 0
     ):
         raise IncidentError("The watermark is a revision: a whole number, 0 or more.")
+    return rationale
+
+
+def incident_resolve_request(
+    *, incident_id: int, requested_by, rationale: str, watermark: int | None = None
+) -> IncidentResolution:
+    """Ask for an open incident to be resolved, saying what was repaired and how.
+
+    The subject's chain must verify now (with ``watermark``, the revision last seen, when
+    given; an empty chain needs one). Nothing is resolved until a second person approves.
+    """
+    _require_perm(requested_by, "request the resolution of an integrity incident")
+    rationale = _admit_request(rationale, watermark)
     incident = _require_open(
         IntegrityIncident.objects.select_related("resolved_by").filter(pk=incident_id).first(),
         incident_id,
@@ -264,28 +270,7 @@ def incident_resolve_approve(*, incident_id: int, approved_by) -> ResolutionOutc
             )
         verification, problem = _recheck(incident, resolution.watermark, refresh=True)
         if problem:
-            _record(
-                resolution,
-                "incident.reverify_failed",
-                {
-                    "by": approved_by.pk,
-                    "ok": verification.ok,
-                    "position": verification.position,
-                    "reason_fp": _fp(verification.reason),
-                    "revision": verification.length,
-                },
-            )
-            return ResolutionOutcome(
-                incident=incident,
-                resolution=resolution,
-                verification=verification,
-                resolved=False,
-                message=(
-                    f"Incident {incident.pk} stays open: {problem}. Nothing was resolved; "
-                    f"resolution request {resolution.pk} still awaits approval. Once the "
-                    "cause is repaired, approve it again, or reject it with a note."
-                ),
-            )
+            return _kept_open(incident, resolution, verification, problem, approved_by)
         closed = IntegrityIncident.objects.filter(pk=incident.pk, status=OPEN).update(
             status=RESOLVED, resolved_at=Now(), resolved_by=approved_by
         )
@@ -318,6 +303,38 @@ def incident_resolve_approve(*, incident_id: int, approved_by) -> ResolutionOutc
             f"Incident {incident.pk} is resolved: the chain of {verification.subject} "
             f"verifies again ({verification.length} checkpoint"
             f"{'' if verification.length == 1 else 's'})."
+        ),
+    )
+
+
+def _kept_open(
+    incident: IntegrityIncident,
+    resolution: IncidentResolution,
+    verification: Verification,
+    problem: str,
+    approved_by,
+) -> ResolutionOutcome:
+    """Record an approval that found the chain still broken; say why nothing changed."""
+    _record(
+        resolution,
+        "incident.reverify_failed",
+        {
+            "by": approved_by.pk,
+            "ok": verification.ok,
+            "position": verification.position,
+            "reason_fp": _fp(verification.reason),
+            "revision": verification.length,
+        },
+    )
+    return ResolutionOutcome(
+        incident=incident,
+        resolution=resolution,
+        verification=verification,
+        resolved=False,
+        message=(
+            f"Incident {incident.pk} stays open: {problem}. Nothing was resolved; "
+            f"resolution request {resolution.pk} still awaits approval. Once the "
+            "cause is repaired, approve it again, or reject it with a note."
         ),
     )
 

@@ -165,12 +165,12 @@ def test_an_unknown_outcome_is_resolved_by_a_decision_with_evidence_and_a_second
     assert "store-extract.txt (text/plain" in decisions
     assert "store: the key is in the store" in decisions
 
-    # The requester may approve decisions in general, but not this one: hers.
-    olga.press(f"Approve decision {decision.pk}")
-    assert any(
-        "The person who requested a decision cannot approve it" in m for m in olga.messages()
-    )
-    olga.screenshot(tmp_path / "own-approval-refused.png")
+    # The requester may approve decisions in general, but not this one: hers. She is not
+    # offered Approve/Reject on it (issue 9), only Withdraw.
+    assert f"Approve decision {decision.pk}" not in olga.buttons()
+    assert f"Withdraw decision {decision.pk}" in olga.buttons()
+    assert "You requested this decision: a second person" in olga.section("Decisions")
+    olga.screenshot(tmp_path / "own-decision.png")
     assert "Outcome unknown" in olga.section("Steps")
     decision.refresh_from_db()
     assert decision.state == "requested"

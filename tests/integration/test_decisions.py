@@ -14,7 +14,7 @@ from django.core.files.storage import storages
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F
-from django.test import override_settings
+from django.test import TestCase, override_settings
 
 from recovery import api
 from recovery.evidence import storage_path
@@ -53,9 +53,13 @@ def unknown(subject, fence) -> str:
 
 
 def request(key: str, user, kind: str = "effect_confirmed", **kwargs) -> Decision:
+    """Request a decision as a committed request would: evidence files reach the store
+    after the commit, and a test's own transaction never commits, so its commit hooks
+    run here."""
     kwargs.setdefault("rationale", "The land registry shows the entry made on 3 May.")
     kwargs.setdefault("evidence", [pdf()])
-    return api.decision_request(operation_key=key, kind=kind, requested_by=user, **kwargs)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return api.decision_request(operation_key=key, kind=kind, requested_by=user, **kwargs)
 
 
 def unique(constraint: str) -> str:

@@ -327,6 +327,12 @@ def test_the_demo_commands_drive_an_instance_to_the_end(published, django_user_m
     assert approver.has_perm("govflow_demo.approve_permit")
     assert approver.has_perm("engine.start_instance")
     assert approver.has_perm("engine.view_instance")
+    # A second approver: one may request a decision and the other approve it.
+    for name in ("approver", "approver2"):
+        other = django_user_model.objects.get(username=name)
+        assert other.has_perms(
+            ("recovery.request_decision", "recovery.approve_decision", "recovery.resolve_incident")
+        )
 
     out = io.StringIO()
     call_command("demo_start", stdout=out)

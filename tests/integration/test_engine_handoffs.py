@@ -12,6 +12,7 @@ from govflow.engine.services.instances import instance_cancel, step_retry
 from govflow.engine.services.run import instance_lease_key
 from govflow.engine.services.runtime import instance_run
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
+from govflow.handoffs.services.incidents import open_cases_of
 from recovery import api
 from recovery.models import Decision
 from tests.engine_helpers import (
@@ -224,13 +225,25 @@ def test_retry_and_cancel_need_the_operate_permission(django_user_model, request
     assert token_of(instance, "a").state == TokenState.FAILED
 
 
-def test_a_plain_cancel_is_refused_while_a_step_outcome_is_unknown(operator):
+def test_a_plain_cancel_with_an_unknown_outcome_leaves_its_case_open_and_says_so(operator):
+    # Issue 9 changed this: the cancel used to be refused, which could deadlock an
+    # instance nobody could decide. It is allowed now and undoes nothing outside.
     instance = uncertain()
-    with pytest.raises(EngineConflict, match="Cancel it through a decision"):
-        instance_cancel(instance_id=instance.pk, actor=operator, reason="The applicant withdrew.")
-    instance.refresh_from_db()
-    assert instance.status == InstanceStatus.BLOCKED
+    cancelled = instance_cancel(
+        instance_id=instance.pk, actor=operator, reason="The applicant withdrew."
+    )
+    assert cancelled.status == InstanceStatus.CANCELLED
+    assert cancelled.reason == (
+        "Cancelled by operator: The applicant withdrew. The outcome of step 'a' is still "
+        "unknown; its case stays open until someone records what happened."
+    )
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
+    assert op_states(instance) == ["outcome_unknown"]
+    assert (
+        open_cases_of(cancelled)
+        .summary()
+        .startswith("The outcome of step 'a' stays unknown: cancelling undoes nothing outside")
+    )
 
 
 def test_operator_cancel_cancels_every_active_step(operator):

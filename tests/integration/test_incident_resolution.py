@@ -492,6 +492,9 @@ def test_approving_an_instances_incident_queues_it_and_it_continues(
     assert outcome.message.endswith(f"Instance {instance.pk} is queued to continue.")
     assert advance_tasks(instance) == 1
     assert not Incident.objects.filter(instance=instance, resolved_at__isnull=True).exists()
+    engine_incident = Incident.objects.get(instance=instance, kind="integrity")
+    assert engine_incident.resolved_by == second_resolver  # who closed it, and why
+    assert engine_incident.resolution.startswith(f"Closed with integrity incident #{incident.pk}")
 
     operator = user_with(django_user_model, "olga", "engine.operate_instance")
     approval_decide(

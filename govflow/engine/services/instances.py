@@ -170,7 +170,13 @@ class InstanceHeld:
 
 
 def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
-    """Cancel an instance: active tokens are cancelled; nothing external is undone."""
+    """Cancel an instance: active tokens are cancelled; nothing external is undone.
+
+    A step whose outcome is unknown is the exception: cancelling cannot say whether its
+    effect happened, so it stays ``outcome_unknown`` (its ledger operation too) and its
+    case stays open until someone records what happened (effect confirmed or absent). The
+    instance's reason says so.
+    """
     _require(actor, "engine.operate_instance", "cancel instances")
     reason = (reason or "").strip() if isinstance(reason, str) else reason
     if not reason:
@@ -183,21 +189,20 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
         # known about it (outcome unknown if it was dispatched) rather than "dispatched".
         rehydrate(run)
         uncertain = [t for t in run.active.values() if t.state == TokenState.OUTCOME_UNKNOWN]
+        note = f"Cancelled by {actor}: {reason}"
         if uncertain:
-            raise EngineConflict(
-                f"Step '{uncertain[0].node_id}' has an unknown outcome: the effect may have "
-                "happened. Cancel it through a decision (kind 'cancel', with a rationale, "
-                "approved by a second person) so the ledger records who decided and why."
+            steps = ", ".join(f"'{t.node_id}'" for t in uncertain)
+            note += (
+                f" The outcome of step {steps} is still unknown; its case stays open until "
+                "someone records what happened."
             )
         with run.commit():
             for token in list(run.active.values()):
+                if token.state == TokenState.OUTCOME_UNKNOWN:
+                    continue  # its effect may have happened: the case stays open
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
                 run.active.pop(token.pk)
-            run.flush(
-                Router(run),
-                status=InstanceStatus.CANCELLED,
-                reason=f"Cancelled by {actor}: {reason}",
-            )
+            run.flush(Router(run), status=InstanceStatus.CANCELLED, reason=note[:4000])
     return Instance.objects.get(pk=instance_id)
 
 

@@ -2,8 +2,8 @@
 
 Forms an operator submitted with errors are passed back in ``bound`` so the page shows
 them in place (keyed ``"cancel"``, ``("approval", token id)``, ``("handoff", token id)``,
-``("reject", decision id)``, ``("migrate", action name)`` or ``("migration_reject",
-migration id)``).
+``("reject", decision id)``, ``("incident", engine incident id)``, ``("migrate", action
+name)`` or ``("migration_reject", migration id)``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.urls import reverse
+
 from govflow.engine.admin.base import pretty_json
 from govflow.engine.models import (
     ContractMigration,
+    Incident,
     Instance,
+    InstanceStatus,
     MigrationState,
     Token,
     TokenState,
@@ -37,6 +41,7 @@ from recovery.api import (
     chain_verify,
     decision_evidence,
     decisions_of,
+    evidence_files,
     incidents_of,
     operations_of,
 )
@@ -45,15 +50,24 @@ from ..forms import (
     ApprovalForm,
     CancelForm,
     HandoffRequestForm,
+    IncidentResolveForm,
     MigrationRejectForm,
     MigrationRequestForm,
     RejectDecisionForm,
 )
+from ..services.incidents import RESOLVE, open_cases_of
 
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
 APPROVE = "recovery.approve_decision"
 VIEW_INTEGRITY = "recovery.view_integrityincident"
+# step_retry refuses the steps of these instances; the page offers no retry there.
+NOT_RETRIED = (InstanceStatus.CANCELLED, InstanceStatus.COMPLETED)
+
+
+def evidence_url(evidence) -> str:
+    """The permission-checked view that streams an evidence file (never a media URL)."""
+    return reverse("admin:recovery_decision_evidence", args=[evidence.pk])
 
 
 @dataclass
@@ -66,13 +80,21 @@ class StepRow:
     approval_form: ApprovalForm | None = None
     handoff_form: HandoffRequestForm | None = None
     open_decision: Any = None  # a recovery decision awaiting approval
+    missing: str = ""  # the permissions this user lacks to act here, said on the page
 
 
 @dataclass
 class DecisionRow:
     decision: Any  # a recovery decision, as recovery.api.decisions_of reads it
-    evidence: list = field(default_factory=list)
+    evidence: list = field(default_factory=list)  # (file, the checked view's URL)
     reject_form: RejectDecisionForm | None = None
+    own: bool = False  # the user requested it: they may withdraw it, never decide it
+    missing: str = ""  # why this user may not decide it
+
+
+def missing_perms(user, perms) -> str:
+    """The permissions of ``perms`` that ``user`` lacks, as the page names them."""
+    return ", ".join(f"'{p}'" for p in perms if not user.has_perm(p))
 
 
 def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[StepRow]:
@@ -82,8 +104,9 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
         node = node_of(instance, token)
         action = registry.get(node.get("action", "")) if node.get("type") == "action" else None
         row = StepRow(token=token, node_type=node.get("type", "?"), action=action)
-        if token.state == TokenState.FAILED and user.has_perm(OPERATE):
-            row.retry = True
+        if token.state == TokenState.FAILED and instance.status not in NOT_RETRIED:
+            row.retry = user.has_perm(OPERATE)
+            row.missing = missing_perms(user, (OPERATE,))
         if token.state == TokenState.WAITING and token.wait_kind == WaitKind.APPROVAL:
             row.approval_permission = node.get("permission", "")
             row.approval_form = bound.get(("approval", token.pk))
@@ -93,8 +116,12 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
             row.open_decision = open_by_key.get(token.operation_key)
             if row.open_decision is None and user.has_perms((OPERATE, REQUEST)):
                 row.handoff_form = bound.get(("handoff", token.pk)) or HandoffRequestForm(
-                    checks=action.checks if action else (), auto_id=f"id_handoff_{token.pk}_%s"
+                    checks=action.checks if action else (),
+                    allow_cancel=instance.status != InstanceStatus.CANCELLED,
+                    auto_id=f"id_handoff_{token.pk}_%s",
                 )
+            elif row.open_decision is None:
+                row.missing = missing_perms(user, (OPERATE, REQUEST))
         rows.append(row)
     return rows
 
@@ -140,13 +167,46 @@ def _contract_context(request, instance: Instance, active: bool, bound) -> dict[
 
 
 def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
-    may_decide = request.user.has_perm(APPROVE)
+    user = request.user
     rows = []
     for decision in decisions:
-        row = DecisionRow(decision=decision, evidence=decision_evidence(decision))
-        if may_decide and decision.state == DecisionState.REQUESTED:
-            row.reject_form = bound.get(("reject", decision.pk)) or RejectDecisionForm(
-                auto_id=f"id_reject_{decision.pk}_%s"
+        row = DecisionRow(
+            decision=decision,
+            evidence=[(f, evidence_url(f)) for f in decision_evidence(decision)],
+        )
+        if decision.state == DecisionState.REQUESTED:
+            row.own = decision.requested_by_id == user.pk
+            row.missing = missing_perms(user, (APPROVE,))
+            if not row.own and not row.missing:
+                row.reject_form = bound.get(("reject", decision.pk)) or RejectDecisionForm(
+                    auto_id=f"id_reject_{decision.pk}_%s"
+                )
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class IncidentRow:
+    incident: Incident
+    evidence: list = field(default_factory=list)  # (file, the checked view's URL)
+    resolve_form: IncidentResolveForm | None = None
+
+
+def _engine_incident_rows(request, instance: Instance, bound) -> list[IncidentRow]:
+    may_resolve = request.user.has_perm(RESOLVE)
+    incidents = list(engine_incidents_of(instance).select_related("resolved_by"))
+    files = {
+        f.pk: f for f in evidence_files(ids=[i for x in incidents for i in x.resolution_evidence])
+    }
+    rows = []
+    for incident in incidents:
+        row = IncidentRow(incident)
+        row.evidence = [
+            (files[i], evidence_url(files[i])) for i in incident.resolution_evidence if i in files
+        ]
+        if incident.resolved_at is None and may_resolve:
+            row.resolve_form = bound.get(("incident", incident.pk)) or IncidentResolveForm(
+                auto_id=f"id_incident_{incident.pk}_%s"
             )
         rows.append(row)
     return rows
@@ -178,12 +238,16 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "see_decisions": see_decisions,
         "verification": verification,
         "verify_error": verify_error,
-        "engine_incidents": list(engine_incidents_of(instance)),
+        "engine_incidents": _engine_incident_rows(request, instance, bound),
+        "resolve_permission": RESOLVE,
+        "open_cases": open_cases_of(instance) if not active else None,
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
         "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),
         "cancel_form": (bound.get("cancel") or CancelForm())
         if (active and user.has_perm(OPERATE))
         else None,
+        "cancel_missing": missing_perms(user, (OPERATE,)) if active else "",
+        "approve_permission": APPROVE,
         **_contract_context(request, instance, active, bound),
     }

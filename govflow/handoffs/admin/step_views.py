@@ -1,4 +1,4 @@
-"""The POST actions on an instance's steps and decisions: cancel, retry, approve, decide.
+"""The POST actions on an instance: cancel, retry, approve, decide or withdraw, resolve.
 
 A mixin of :class:`~govflow.handoffs.admin.instances.InstanceAdmin`, which supplies
 ``get_instance``, ``act`` (validate, call one service, report, redirect) and ``_post``.
@@ -9,12 +9,25 @@ from __future__ import annotations
 from django.http import Http404
 
 from govflow.engine.models import Instance, Token
-from govflow.engine.selectors import action_of, instance_subject, step_get
+from govflow.engine.selectors import action_of, engine_incidents_of, instance_subject, step_get
 from govflow.engine.services.instances import instance_cancel, step_retry
 from recovery.api import decision_get
 
-from ..forms import ApprovalForm, CancelForm, HandoffRequestForm, RejectDecisionForm
-from ..services.desk import approval_decide, handoff_approve, handoff_reject, handoff_request
+from ..forms import (
+    ApprovalForm,
+    CancelForm,
+    HandoffRequestForm,
+    IncidentResolveForm,
+    RejectDecisionForm,
+)
+from ..services.desk import (
+    approval_decide,
+    handoff_approve,
+    handoff_reject,
+    handoff_request,
+    handoff_withdraw,
+)
+from ..services.incidents import RESOLVE, engine_incident_resolve, open_cases_of
 from .detail import APPROVE, OPERATE, REQUEST
 
 
@@ -35,6 +48,16 @@ class StepActions:
             "<int:instance_id>/decisions/<int:decision_id>/reject/",
             "decision_reject_view",
             "decision_reject",
+        ),
+        (
+            "<int:instance_id>/decisions/<int:decision_id>/withdraw/",
+            "decision_withdraw_view",
+            "decision_withdraw",
+        ),
+        (
+            "<int:instance_id>/incidents/<int:incident_id>/resolve/",
+            "incident_resolve_view",
+            "incident_resolve",
         ),
     )
 
@@ -61,7 +84,12 @@ class StepActions:
             call=lambda: instance_cancel(
                 instance_id=instance.pk, actor=request.user, reason=form.cleaned_data["reason"]
             ),
-            done=lambda _: f"Instance {instance.pk} is cancelled.",
+            done=lambda cancelled: " ".join(
+                filter(
+                    None,
+                    [f"Instance {instance.pk} is cancelled.", open_cases_of(cancelled).summary()],
+                )
+            ),
         )
 
     def retry_view(self, request, instance_id: int, token_id: int):
@@ -137,6 +165,41 @@ class StepActions:
             done=lambda approved: (
                 f"Decision {approved.pk} ({approved.get_kind_display()}) "
                 "is approved; the instance moves on."
+            ),
+        )
+
+    def decision_withdraw_view(self, request, instance_id: int, decision_id: int):
+        instance = self.get_instance(request, instance_id, REQUEST)
+        decision = self._decision(instance, decision_id)
+        return self.act(
+            request,
+            instance,
+            call=lambda: handoff_withdraw(decision_id=decision.pk, actor=request.user),
+            done=lambda _: (
+                f"Decision {decision.pk} is withdrawn; the step still waits for a decision, "
+                "and you can request a new one."
+            ),
+        )
+
+    def incident_resolve_view(self, request, instance_id: int, incident_id: int):
+        instance = self.get_instance(request, instance_id, RESOLVE)
+        incident = engine_incidents_of(instance).filter(pk=incident_id).first()
+        if incident is None:
+            raise Http404(f"Instance {instance.pk} has no engine incident {incident_id}.")
+        form = IncidentResolveForm(*self._post(request), auto_id=f"id_incident_{incident.pk}_%s")
+        return self.act(
+            request,
+            instance,
+            form=form,
+            slot=("incident", incident.pk),
+            call=lambda: engine_incident_resolve(
+                incident_id=incident.pk,
+                actor=request.user,
+                rationale=form.cleaned_data["rationale"],
+                evidence=form.cleaned_data["evidence"],
+            ),
+            done=lambda _: (
+                f"Engine incident {incident.pk} is resolved; your investigation is recorded."
             ),
         )
 

@@ -26,6 +26,7 @@ from recovery.api import (
     decision_get,
     decision_reject,
     decision_request,
+    decision_withdraw,
     incident_open,
 )
 
@@ -35,7 +36,14 @@ __all__ = [
     "handoff_approve",
     "handoff_reject",
     "handoff_request",
+    "handoff_withdraw",
 ]
+
+CANCELLED_ALREADY = (
+    "The instance is already cancelled, but the effect of this step may have happened: "
+    "a cancel decides nothing about it. Record what happened instead (effect confirmed or "
+    "effect absent, with evidence)."
+)
 
 
 def _waiting(run, token_id: int, kind: str) -> Token:
@@ -112,6 +120,8 @@ def handoff_request(
     token = step_get(instance_id=instance_id, token_id=token_id)
     if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
         raise EngineConflict("Only a step whose outcome is unknown takes a decision.")
+    if kind == DecisionKind.CANCEL and token.instance.status == InstanceStatus.CANCELLED:
+        raise EngineConflict(CANCELLED_ALREADY)
     node = spec_of(token.instance.definition).nodes[token.node_id]
     action = registry.get(node.get("action", ""))
     required = [c.id for c in action.checks] if action else []
@@ -139,9 +149,15 @@ def handoff_approve(*, decision_id: int, actor) -> Any:
     instance_id = int(decision.operation.subject_id)
     with InstanceHeld(instance_id, actor) as run:
         token = _uncertain_token(run, decision.operation.key)
+        cancelled = run.instance.status == InstanceStatus.CANCELLED
+        if cancelled and decision.kind == DecisionKind.CANCEL:
+            raise EngineConflict(CANCELLED_ALREADY)
         try:
             with run.commit():
                 approved = decision_approve(decision_id=decision_id, approved_by=actor)
+                if cancelled:  # record what happened; a cancelled instance goes nowhere
+                    settle_after_cancel(run, token, approved)
+                    return approved
                 router = Router(run)
                 if approved.kind == DecisionKind.EFFECT_CONFIRMED:
                     run.update_token(
@@ -184,3 +200,24 @@ def handoff_approve(*, decision_id: int, actor) -> Any:
 def handoff_reject(*, decision_id: int, actor, note: str) -> Any:
     """Reject a requested decision; the step keeps waiting for a decision."""
     return decision_reject(decision_id=decision_id, rejected_by=actor, note=note)
+
+
+def handoff_withdraw(*, decision_id: int, actor) -> Any:
+    """The requester withdraws their decision; the step keeps waiting for a decision."""
+    return decision_withdraw(decision_id=decision_id, withdrawn_by=actor)
+
+
+def settle_after_cancel(run, token: Token, approved) -> None:
+    """Move the step of a cancelled instance as the approved decision says (inside the
+    approval's commit): confirmed → completed, absent → failed. Nothing is routed or
+    queued, and the instance stays cancelled."""
+    confirmed = approved.kind == DecisionKind.EFFECT_CONFIRMED
+    run.update_token(
+        token,
+        TokenState.OUTCOME_UNKNOWN,
+        state=TokenState.COMPLETED if confirmed else TokenState.FAILED,
+        reason=f"effect {'confirmed' if confirmed else 'absent'} by decision {approved.pk}, "
+        "after the instance was cancelled",
+    )
+    run.active.pop(token.pk, None)
+    run.flush(status=InstanceStatus.CANCELLED, reason=run.instance.reason)

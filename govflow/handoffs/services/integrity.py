@@ -53,7 +53,12 @@ def integrity_incident_resolve_approve(*, incident_id: int, actor) -> Resolution
             return outcome
         Incident.objects.filter(
             instance_id=instance_id, kind="integrity", resolved_at__isnull=True
-        ).update(resolved_at=Now())
+        ).update(
+            resolved_at=Now(),
+            resolved_by=actor,
+            resolution=f"Closed with integrity incident #{incident.pk}, whose resolution "
+            f"{actor} approved after its chain verified again.",
+        )
         enqueue_advance(instance_id)
     return dataclasses.replace(
         outcome, message=f"{outcome.message} Instance {instance_id} is queued to continue."

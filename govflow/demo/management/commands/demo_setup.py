@@ -26,13 +26,21 @@ OPERATOR_PERMS = [
 APPROVER_PERMS = [
     *OPERATOR_PERMS,
     ("recovery", "approve_decision"),
+    ("recovery", "resolve_incident"),
     ("govflow_demo", "approve_permit"),
 ]
+# Two approvers, so that every four-eyes path can be tried with the demo logins: one
+# requests (a decision, an incident's resolution), the other approves.
+LOGINS = (
+    ("operator", "Operators", OPERATOR_PERMS),
+    ("approver", "Approvers", APPROVER_PERMS),
+    ("approver2", "Approvers", APPROVER_PERMS),
+)
 
 
 class Command(BaseCommand):
     help = (
-        "Create the demo 'operator' and 'approver' logins with the given password and "
+        "Create the demo logins 'operator', 'approver' and 'approver2' with the given password and "
         "publish the demo workflows (load_workflows). With --api-key-file, also an API key "
         "for the demo tenant with every scope, written to that file (kept while usable). "
         "Development only."
@@ -44,7 +52,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, password: str, api_key_file: str | None, **options):
         self._logins(password)
-        self.stdout.write("Demo logins ready: operator, approver.")
+        self.stdout.write(f"Demo logins ready: {', '.join(name for name, _, _ in LOGINS)}.")
         call_command("load_workflows", stdout=self.stdout, stderr=self.stderr)
         if api_key_file:
             call_command(
@@ -60,10 +68,7 @@ class Command(BaseCommand):
     @transaction.atomic
     def _logins(self, password: str) -> None:
         users = get_user_model()
-        for username, group_name, perms in (
-            ("operator", "Operators", OPERATOR_PERMS),
-            ("approver", "Approvers", APPROVER_PERMS),
-        ):
+        for username, group_name, perms in LOGINS:
             group, _ = Group.objects.get_or_create(name=group_name)
             group.permissions.set(_permission(app, code) for app, code in perms)
             user, _ = users.objects.get_or_create(username=username)
