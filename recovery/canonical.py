@@ -265,10 +265,15 @@ def _too_large(path: str, max_bytes: int, actual: int | None = None) -> Canonica
     )
 
 
+# What json.dumps(value, **these options) builds anew on every call, built once: the
+# encoder keeps no state between calls, so one serves every thread.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def _encode(value: Any) -> bytes:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 # -- public -----------------------------------------------------------------------------
