@@ -25,21 +25,6 @@ from ...projection import instance_subject
 from ...registry import registry
 from ..migrated import approved_contracts
 
-__all__ = [
-    "Pinned",
-    "contract_drift",
-    "definitions_drifted",
-    "definitions_unresolved",
-    "instance_pinned",
-    "integrity_problem",
-    "pinned_contracts_refusal",
-    "pinned_definition_refusal",
-    "spec_of",
-    "start_refusal",
-    "trusted_spec",
-    "unresolved_reason",
-]
-
 
 def _stored(body: str) -> Any:
     """A stored document, read back. One published before the input guard existed may be

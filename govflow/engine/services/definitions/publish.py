@@ -20,13 +20,6 @@ from ...limits import admit_text, definition_max_bytes
 from ...models import Definition
 from ...registry import registry
 
-__all__ = [
-    "app_workflow_files",
-    "definition_load_file",
-    "definition_publish",
-    "definitions_load_app_workflows",
-]
-
 
 def definition_publish(*, document: Any, source: str = "", actor=None) -> Definition:
     """Validate and publish ``document`` as a frozen version, its actions' contracts pinned.
