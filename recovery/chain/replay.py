@@ -149,19 +149,24 @@ def compare(
     subject: Subject, ops: dict[str, dict[str, Any]], rows: Iterable[Sequence[Any]], length: int
 ) -> Verification:
     """Compare replayed operations with their rows (the fast projection)."""
-    rows = list(rows)
+    position, reason = _first_difference(ops, list(rows), length)
+    if not reason:
+        return Verification(subject, True, length)
+    return Verification(subject, False, length, position, reason)
+
+
+def _first_difference(
+    ops: dict[str, dict[str, Any]], rows: list[Sequence[Any]], length: int
+) -> tuple[int, str]:
+    """Where the rows first differ from the replayed operations, and how; (0, '') if nowhere."""
     # chain_seq is the last compared column. A row pointing past the chain's end means
     # checkpoints were removed from the end; blaming the row would send people astray.
     beyond = max(((row[-1], row[0]) for row in rows if row[-1] > length), default=None)
     if beyond is not None:
-        return Verification(
-            subject,
-            False,
-            length,
-            length + 1,
+        return length + 1, (
             f"the chain ends at #{length} but operation {beyond[1]}'s row "
             f"points to checkpoint #{beyond[0]}: checkpoints were removed "
-            "from its end",
+            "from its end"
         )
     seen = set()
     for row in rows:
@@ -169,33 +174,17 @@ def compare(
         seen.add(key)
         expected = ops.get(key)
         if expected is None:
-            return Verification(
-                subject,
-                False,
-                length,
-                length + 1,
-                f"operation {key} has no checkpoint in the chain",
-            )
+            return length + 1, f"operation {key} has no checkpoint in the chain"
         for (column, field), value in zip(COMPARED, values, strict=True):
             if expected[field] != value:
-                return Verification(
-                    subject,
-                    False,
-                    length,
-                    expected["chain_seq"],
+                return expected["chain_seq"], (
                     f"operation {key}'s {column} is {value!r} in its row but "
-                    f"{expected[field]!r} in the chain (changed behind the chain's back)",
+                    f"{expected[field]!r} in the chain (changed behind the chain's back)"
                 )
     for key, expected in ops.items():
         if key not in seen:
-            return Verification(
-                subject,
-                False,
-                length,
-                expected["chain_seq"],
-                f"operation {key} is in the chain but its row is missing",
-            )
-    return Verification(subject, True, length)
+            return expected["chain_seq"], f"operation {key} is in the chain but its row is missing"
+    return 0, ""
 
 
 def verify_rows(
