@@ -39,14 +39,9 @@ ALLOWED: dict[str, str] = {
     "govflow/engine/definitions.py:_check_graph": _ISSUE_9,
     "govflow/api/problems.py": _ISSUE_11,
     "govflow/demo/actions.py": _ISSUES_9_11,
-    "recovery/evidence.py:_receive": _ISSUE_9,
     "recovery/services/_ledger.py:transition": _ISSUE_9,
-    "recovery/services/decisions.py:_record_request": _ISSUE_9,
-    "recovery/services/decisions.py:decision_approve": _ISSUE_9,
     "recovery/services/operations.py:operation_record": _ISSUE_9,
     "recovery/services/operations.py:operation_observe": _ISSUE_9,
-    "recovery/services/resolutions.py:incident_resolve_request": _ISSUE_9,
-    "recovery/services/resolutions.py:incident_resolve_approve": _ISSUE_9,
 }
 
 
