@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/sizes.py
 	$(PY) manage.py makemigrations --check --dry-run
 
 format: $(STAMP)

@@ -30,6 +30,7 @@ __all__ = [
     "SAFE_INTEGER",
     "FingerprintKind",
     "canonical_bytes",
+    "canonical_object",
     "fingerprint",
     "fingerprint_hasher",
     "fingerprint_value",
@@ -181,21 +182,9 @@ def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) ->
         elif kind is int:
             size += 1
             if strict and not -SAFE_INTEGER <= item <= SAFE_INTEGER:
-                shown = item if item.bit_length() <= 64 else f"of {item.bit_length()} bits"
-                raise CanonicalError(
-                    _path(node),
-                    f"the integer {shown} is outside ±(2**53 - 1), the range every JSON "
-                    "reader keeps exactly",
-                    "Write large numbers such as identifiers as strings.",
-                )
+                raise _unsafe_integer(_path(node), item)
             if item.bit_length() > _INT_BITS_WITHOUT_CHECK:
-                try:
-                    str(item)
-                except ValueError:
-                    raise CanonicalError(
-                        _path(node),
-                        f"an integer of {item.bit_length()} bits has too many digits to write",
-                    ) from None
+                _require_writable(item, node)
         elif item is None or kind is bool:
             size += 4
         elif kind is float:
@@ -210,11 +199,7 @@ def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) ->
             if kind is dict:
                 for key in item:
                     if type(key) is not str:
-                        raise CanonicalError(
-                            _path(node),
-                            f"object key {_short_repr(key)} is a {type(key).__name__}, "
-                            "not a string",
-                        )
+                        raise _key_not_string(_path(node), key)
                     if strict or not key.isascii():
                         problem = _string_problem(key, strict)
                         if problem is not None:
@@ -231,6 +216,35 @@ def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) ->
             raise CanonicalError(_path(node), f"a {kind.__name__} is not a JSON value")
         if size > limit:
             raise _too_large(_path(node), limit)
+
+
+# The walk's rarer refusals, built outside its loop.
+
+
+def _unsafe_integer(path: str, item: int) -> CanonicalError:
+    shown = item if item.bit_length() <= 64 else f"of {item.bit_length()} bits"
+    return CanonicalError(
+        path,
+        f"the integer {shown} is outside ±(2**53 - 1), the range every JSON reader keeps exactly",
+        "Write large numbers such as identifiers as strings.",
+    )
+
+
+def _require_writable(item: int, node: Path) -> None:
+    """Refuse an integer longer than Python's int→str limit lets ``json.dumps`` write."""
+    try:
+        str(item)
+    except ValueError:
+        raise CanonicalError(
+            _path(node),
+            f"an integer of {item.bit_length()} bits has too many digits to write",
+        ) from None
+
+
+def _key_not_string(path: str, key: Any) -> CanonicalError:
+    return CanonicalError(
+        path, f"object key {_short_repr(key)} is a {type(key).__name__}, not a string"
+    )
 
 
 def too_deep(path: str, max_depth: int) -> CanonicalError:
@@ -251,10 +265,15 @@ def _too_large(path: str, max_bytes: int, actual: int | None = None) -> Canonica
     )
 
 
+# What json.dumps(value, **these options) builds anew on every call, built once: the
+# encoder keeps no state between calls, so one serves every thread.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def _encode(value: Any) -> bytes:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 # -- public -----------------------------------------------------------------------------
@@ -301,6 +320,22 @@ def canonical_bytes_of_parsed(value: Any) -> bytes:
     and lone surrogates (encoding raises). Raises :class:`ValueError` for those.
     """
     return _encode(value)
+
+
+def canonical_object(text: str | bytes, data: bytes) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds, if ``data`` (its bytes) are its canonical bytes.
+
+    For a stored record that must read back exactly as it was written (a checkpoint's fact,
+    an anchor record): ``None`` when the text is not JSON, not an object, not written
+    canonically, or holds what ``json.loads`` lets through but canonical bytes refuse (NaN,
+    a lone surrogate), or is nested past reason.
+    """
+    try:
+        parsed = json.loads(text)
+        canonical = canonical_bytes_of_parsed(parsed) == data
+    except (ValueError, RecursionError):
+        return None
+    return parsed if canonical and isinstance(parsed, dict) else None
 
 
 def fingerprint(kind: FingerprintKind, data: bytes) -> str:

@@ -28,6 +28,10 @@ _NOT_NUMBERS = {"NaN", "Infinity", "-Infinity"}
 _MAX_INT_DIGITS = 4300
 _INTEGER = re.compile(r"-?[0-9]+")
 _JSON_ADVICE = "Check that the text is JSON (RFC 8259), saved as UTF-8."
+_TWICE_ADVICE = (
+    "Give each key of an object once: a reader would keep only one of the values, and which "
+    "one differs between readers."
+)
 
 
 def _labels(frames: list[list]) -> list[str | int]:
@@ -69,33 +73,30 @@ def _scan(text: str, max_depth: int) -> None:
                     key = json.loads(token)
                 except ValueError:
                     return  # a broken escape: json.loads reports it
+                frame[1] = key
                 if key in frame[0]:
-                    frame[1] = key
-                    raise CanonicalError(
-                        format_path(_labels(frames)),
-                        f"the key {key!r} appears twice in one object",
-                        "Give each key of an object once: a reader would keep only one of "
-                        "the values, and which one differs between readers.",
+                    raise _refused(
+                        frames, f"the key {key!r} appears twice in one object", _TWICE_ADVICE
                     )
                 frame[0].add(key)
-                frame[1] = key
                 frame[2] = False
         elif token in _NOT_NUMBERS:
-            raise CanonicalError(
-                format_path(_labels(frames)),
-                f"{token} is not a JSON number; use a finite number or null",
-                _JSON_ADVICE,
-            )
+            raise _refused(frames, f"{token} is not a JSON number; use a finite number or null")
         elif (
             len(token) > _MAX_INT_DIGITS
             and _INTEGER.fullmatch(token)
             and (len(token.lstrip("-")) > _MAX_INT_DIGITS)
         ):
-            raise CanonicalError(
-                format_path(_labels(frames)),
+            raise _refused(
+                frames,
                 f"an integer of {len(token.lstrip('-'))} digits is too long to read",
                 "Write long numbers such as identifiers as strings.",
             )
+
+
+def _refused(frames: list[list], problem: str, advice: str = _JSON_ADVICE) -> CanonicalError:
+    """The scan's refusal of ``problem``, at the path its frames have reached."""
+    return CanonicalError(format_path(_labels(frames)), problem, advice)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -27,11 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from recovery.api import projection_fingerprint
+from recovery.api import Subject, projection_fingerprint
 
 from .models import Instance, Token, TokenState
 
 SUBJECT_TYPE = "govflow.instance"
+
+
+def instance_subject(instance_id: int) -> Subject:
+    """The recovery subject of an instance: its ledger operations, chain and incidents."""
+    return Subject(SUBJECT_TYPE, str(instance_id))
+
 
 _CLASS = {
     TokenState.READY: "open",

@@ -11,8 +11,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from recovery.api import Subject
-
 from .models import (
     ContractMigration,
     Definition,
@@ -22,7 +20,7 @@ from .models import (
     TokenState,
     WaitKind,
 )
-from .projection import SUBJECT_TYPE
+from .projection import instance_subject
 from .registry import ActionDefinition, registry
 from .services.definitions import trusted_spec
 from .states import TERMINAL_STATUSES
@@ -43,11 +41,6 @@ __all__ = [
     "step_get",
     "step_waiting",
 ]
-
-
-def instance_subject(instance_id: int) -> Subject:
-    """The recovery subject of an instance: its ledger operations, chain and incidents."""
-    return Subject(SUBJECT_TYPE, str(instance_id))
 
 
 def instance_get(instance_id: int) -> Instance | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from blake3 import blake3
 
-from ..canonical import canonical_bytes, canonical_bytes_of_parsed
+from ..canonical import canonical_bytes, canonical_object
 from ..db import GENESIS_LINK
 from ..errors import AnchorStoreError
 from ..keys import chain_keys
@@ -125,12 +125,8 @@ def record_read(line: bytes, *, n: int, prev: str) -> AnchorRecord:
     if not line.endswith(b"\n"):
         raise _Bad("is incomplete (no newline: a write was cut off, or the file was edited)")
     raw = line[:-1]
-    try:
-        body = json.loads(raw)
-        canonical = canonical_bytes_of_parsed(body) == raw
-    except (ValueError, RecursionError):  # a lone surrogate; a line nested past reason
-        canonical = False
-    if not canonical or not isinstance(body, dict):
+    body = canonical_object(raw, raw)
+    if body is None:
         raise _Bad("is not canonical JSON (the line was edited)")
     record = _parse(body)
     if record.n != n:

@@ -360,3 +360,35 @@ def test_a_refusal_inside_the_callers_transaction_leaves_opening_the_incident_to
     incident = api.incident_open(verification=exc.value.result)
     assert api.incident_open(verification=exc.value.result) == incident
     assert IntegrityIncident.objects.count() == 1
+
+
+# (h) what the chain checks beyond its links
+
+
+def test_a_projection_column_changed_behind_the_chain_is_detected(chain):
+    checkpoints(chain.subject).filter(seq=2).update(projection_fp="0" * 64)
+    broken_at(
+        chain.subject,
+        2,
+        "checkpoint #2's projection column does not match its fact (changed behind the "
+        "chain's back)",
+    )
+
+
+def test_a_fact_forged_with_the_key_still_obeys_the_operations_rules(chain):
+    """Even a writer holding the key cannot make the chain skip an operation's revision."""
+    from recovery.keys import chain_keys
+
+    keys = chain_keys()
+    signed = keys.keys[keys.active_id]
+    fact = fact_of(chain.subject, 4)
+    assert '"revision":2' in fact, fact
+    forge = rewrite(fact, '"revision":2', '"revision":3')
+    fact_fp = fingerprint(FingerprintKind.FACT, forge.encode())
+    cp = checkpoints(chain.subject).get(seq=4)
+    s = chain.subject
+    link = blake3(
+        canonical_bytes([s.type, s.id, 4, cp.kind, fact_fp, cp.prev_link]), key=signed
+    ).hexdigest()
+    checkpoints(s).filter(seq=4).update(fact=forge, fact_fp=fact_fp, link=link)
+    broken_at(s, 4, f"checkpoint #4 skips a revision of operation {chain.unknown}")

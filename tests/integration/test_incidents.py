@@ -134,6 +134,12 @@ def test_a_subject_whose_checkpoints_were_all_removed_is_still_found():
         (["--subject", ":42"], "A subject type must be a string of 1-100 characters, not ''."),
         (["--subject", "govflow.instance:"], "A subject id must be a string of 1-100 characters"),
         (["--watermark", "3"], "--watermark needs --subject."),
+        (["--anchor", "--no-anchors"], "--anchor cannot be combined with --no-anchors."),
+        (["--restart-anchors"], "--restart-anchors needs --anchor."),
+        (
+            ["--subject", "recovery.anchors:store", "--no-anchors"],
+            "recovery.anchors:store is verified against the anchors: drop --no-anchors.",
+        ),
     ],
 )
 def test_malformed_arguments_are_refused_with_a_clear_message(args, message):

@@ -318,3 +318,25 @@ def test_the_parsed_fast_path_agrees_with_canonical_bytes(text):
             canonical_bytes_of_parsed(parsed)
     else:
         assert canonical_bytes_of_parsed(parsed) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ('{"a":1,"b":[true,null]}', {"a": 1, "b": [True, None]}),
+        ('{"b":1,"a":2}', None),  # keys out of order: not as canonical bytes write it
+        ('{"a": 1}', None),  # insignificant whitespace
+        ("[1,2]", None),  # canonical, but not an object
+        ('{"a":NaN}', None),
+        ('{"a":"\\ud800"}', None),  # a lone surrogate
+        ('{"a":', None),  # not JSON
+        ("[" * 5000 + "]" * 5000, None),  # nested past reason
+    ],
+)
+def test_a_stored_record_reads_back_only_as_the_canonical_object_it_was_written_as(text, read):
+    """Checkpoint facts and anchor records are read with canonical_object, from text or bytes."""
+    from recovery.canonical import canonical_object
+
+    data = text.encode()
+    assert canonical_object(text, data) == read
+    assert canonical_object(data, data) == read

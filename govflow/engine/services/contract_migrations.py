@@ -17,7 +17,6 @@ from django.db import IntegrityError, transaction
 
 from recovery.api import (
     FingerprintKind,
-    Subject,
     canonical_bytes,
     fact_append,
     fenced_update_row,
@@ -29,6 +28,7 @@ from ..db import clock, engine_commit
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
+from ..projection import instance_subject
 from ..queue import enqueue_advance
 from ..registry import registry
 from ..states import TERMINAL_STATUSES
@@ -53,12 +53,6 @@ REJECTED = "engine.migration_rejected"
 def _require(actor, doing: str) -> None:
     if not (actor and actor.is_authenticated and actor.is_active and actor.has_perm(MIGRATE)):
         raise NotPermitted(f"{actor} may not {doing}: the permission {MIGRATE!r} is required.")
-
-
-def _subject(instance_id: int) -> Subject:
-    from ..projection import SUBJECT_TYPE
-
-    return Subject(SUBJECT_TYPE, str(instance_id))
 
 
 def pinned_contracts(instance: Instance) -> dict[str, dict]:
@@ -95,6 +89,41 @@ def instance_migrate_request(
             "action's new contract (what was checked, with whom)."
         )
     admit_text(rationale, name="rationale", max_length=4000)
+    instance, pinned, current = _migratable(instance_id, action)
+    try:
+        with transaction.atomic():
+            migration = ContractMigration.objects.create(
+                instance=instance,
+                action=action,
+                pinned=pinned[action],
+                accepted=current,
+                rationale=rationale,
+                requested_by=actor,
+                requested_at=clock(),
+            )
+            fact_append(
+                subject=instance_subject(instance_id),
+                kind=REQUESTED,
+                fact={
+                    "migration": migration.pk,
+                    "action": action,
+                    "from": pinned[action]["contract_fp"],
+                    "to": current["contract_fp"],
+                    "requested_by": actor.pk,
+                    "rationale_fp": fingerprint_value(FingerprintKind.INPUT, rationale),
+                },
+            )
+    except IntegrityError:
+        raise EngineConflict(
+            f"A migration of {action} on instance {instance_id} already awaits approval. "
+            "Approve or reject that one first."
+        ) from None
+    migration.refresh_from_db()
+    return migration
+
+
+def _migratable(instance_id: int, action: str) -> tuple[Instance, dict[str, dict], dict]:
+    """The instance, its pinned contracts and ``action``'s current one, if it may migrate."""
     instance = Instance.objects.select_related("definition").filter(pk=instance_id).first()
     if instance is None:
         raise InvalidRequest(f"No instance has id {instance_id}.")
@@ -118,36 +147,7 @@ def instance_migrate_request(
             f"{action} has not changed since instance {instance_id} was pinned to it; "
             "there is nothing to migrate."
         )
-    try:
-        with transaction.atomic():
-            migration = ContractMigration.objects.create(
-                instance=instance,
-                action=action,
-                pinned=pinned[action],
-                accepted=current,
-                rationale=rationale,
-                requested_by=actor,
-                requested_at=clock(),
-            )
-            fact_append(
-                subject=_subject(instance_id),
-                kind=REQUESTED,
-                fact={
-                    "migration": migration.pk,
-                    "action": action,
-                    "from": pinned[action]["contract_fp"],
-                    "to": current["contract_fp"],
-                    "requested_by": actor.pk,
-                    "rationale_fp": fingerprint_value(FingerprintKind.INPUT, rationale),
-                },
-            )
-    except IntegrityError:
-        raise EngineConflict(
-            f"A migration of {action} on instance {instance_id} already awaits approval. "
-            "Approve or reject that one first."
-        ) from None
-    migration.refresh_from_db()
-    return migration
+    return instance, pinned, current
 
 
 def _open(migration_id: int) -> ContractMigration:
@@ -202,7 +202,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
             migrated = json.loads(instance.contracts or "{}")
             migrated[migration.action] = migration.accepted
             fact_append(
-                subject=_subject(instance.pk),
+                subject=instance_subject(instance.pk),
                 kind=MIGRATED,
                 fact={
                     "migration": migration.pk,
@@ -236,7 +236,7 @@ def instance_migrate_reject(*, migration_id: int, actor, note: str) -> ContractM
     with transaction.atomic():
         _claim(migration_id, MigrationState.REJECTED, actor, note)
         fact_append(
-            subject=_subject(migration.instance_id),
+            subject=instance_subject(migration.instance_id),
             kind=REJECTED,
             fact={"migration": migration.pk, "action": migration.action, "rejected_by": actor.pk},
         )

@@ -8,7 +8,6 @@ from recovery.api import (
     FingerprintKind,
     LeaseHeld,
     LedgerDisagrees,
-    Subject,
     Verification,
     fingerprint_value,
     incident_open,
@@ -26,7 +25,7 @@ from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
 from ..liveness import worker_name
 from ..models import Definition, Instance, InstanceStatus, Token, TokenState
-from ..projection import SUBJECT_TYPE, projection_of
+from ..projection import instance_subject, projection_of
 from ..queue import enqueue_advance
 from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
@@ -74,33 +73,7 @@ def instance_start(
     """
     _require(actor, "engine.start_instance", "start instances")
     variables = {} if variables is None else variables
-    if not isinstance(variables, dict):
-        raise InvalidRequest("Variables must be a JSON object mapping names to values.")
-    # The same limits as the admin's form, whoever calls: nothing oversized, too deep or
-    # unstorable (U+0000 on PostgreSQL) reaches the database.
-    admit_json(variables, what="Variables are malformed", max_bytes=variables_max_bytes())
-    admit_text(tenant, name="tenant", max_length=100)
-    access = dict(access or {})
-    if actor is not None:
-        access.setdefault("started_by", actor.pk)
-    admit_json(access, what="The access context is malformed", max_bytes=variables_max_bytes())
-    document_schema = spec_of(definition).document.get("variables")
-    if document_schema:
-        try:
-            errors = schema_errors(document_schema, variables)
-        except ValueError as exc:
-            raise InvalidRequest(
-                f"{definition} cannot check variables: its 'variables' schema is unusable "
-                f"({exc}). Publish a corrected version."
-            ) from None
-        if errors:
-            detail = "; ".join(
-                f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}" for e in errors[:5]
-            )
-            raise InvalidRequest(f"Variables do not match {definition}: {detail}.")
-    reason = start_refusal(definition)
-    if reason:
-        raise InvalidRequest(f"{definition} cannot run here: {reason}")
+    access = _admitted_start(definition, variables, tenant, actor, access)
     with engine_commit():
         instance = Instance.objects.create(
             definition=definition,
@@ -123,12 +96,54 @@ def instance_start(
         )
         # The projection is under the chain from its first commit (invariant I12).
         projection_record(
-            subject=Subject(SUBJECT_TYPE, str(instance.pk)),
+            subject=instance_subject(instance.pk),
             projection_fp=projection_of(instance, [start]),
         )
         enqueue_advance(instance.pk)
     instance.refresh_from_db()
     return instance
+
+
+def _admitted_start(
+    definition: Definition, variables: Any, tenant: str, actor, access: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Check what starting ``definition`` was given; return the access context to store.
+
+    The same limits as the admin's form, whoever calls: nothing oversized, too deep or
+    unstorable (U+0000 on PostgreSQL) reaches the database.
+    """
+    if not isinstance(variables, dict):
+        raise InvalidRequest("Variables must be a JSON object mapping names to values.")
+    admit_json(variables, what="Variables are malformed", max_bytes=variables_max_bytes())
+    admit_text(tenant, name="tenant", max_length=100)
+    access = dict(access or {})
+    if actor is not None:
+        access.setdefault("started_by", actor.pk)
+    admit_json(access, what="The access context is malformed", max_bytes=variables_max_bytes())
+    _check_variables(definition, variables)
+    reason = start_refusal(definition)
+    if reason:
+        raise InvalidRequest(f"{definition} cannot run here: {reason}")
+    return access
+
+
+def _check_variables(definition: Definition, variables: dict[str, Any]) -> None:
+    """Refuse variables that do not match the definition's ``variables`` schema."""
+    document_schema = spec_of(definition).document.get("variables")
+    if not document_schema:
+        return
+    try:
+        errors = schema_errors(document_schema, variables)
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"{definition} cannot check variables: its 'variables' schema is unusable "
+            f"({exc}). Publish a corrected version."
+        ) from None
+    if errors:
+        detail = "; ".join(
+            f"{'.'.join(map(str, e.path)) or '(variables)'}: {e.message}" for e in errors[:5]
+        )
+        raise InvalidRequest(f"Variables do not match {definition}: {detail}.")
 
 
 class InstanceHeld:

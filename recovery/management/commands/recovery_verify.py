@@ -118,39 +118,17 @@ class Command(BaseCommand):
                     "only --by; the watermark and rationale are the request's."
                 )
             return self._approve(approve, self._actor(by, "--approve"))
-        actor = None
-        if resolve:
-            actor = self._actor(by, "--resolve")
-            if not (rationale or "").strip():
-                raise CommandError(
-                    "--resolve needs --rationale: say what was repaired and how (for example "
-                    "which rows were restored from which backup). It is recorded."
-                )
-        elif rationale:
-            raise CommandError("--rationale goes with --resolve.")
+        actor = self._resolver(resolve, by, rationale)
         if no_anchors and (anchor or restart_anchors):
             raise CommandError("--anchor cannot be combined with --no-anchors.")
         if restart_anchors and not anchor:
             raise CommandError("--restart-anchors needs --anchor.")
-        if subject:
-            try:
-                subjects = [Subject.parse(subject)]
-            except RecoveryValidationError as exc:
-                raise CommandError(str(exc)) from exc
-            if no_anchors and subjects[0] in SPECIAL:
-                raise CommandError(f"{subject} is verified against the anchors: drop --no-anchors.")
-        elif watermark is not None:
-            raise CommandError("--watermark needs --subject.")
+        chosen = self._subject(subject, watermark, no_anchors)
         # With --subject only that subject is verified: the anchors are read (their own
         # records verified) to compare it with them, but the ledger is not counted.
         report = None if no_anchors else self._anchors_verify(full=not subject)
         index = report.index if report is not None else None
-        if not subject:
-            pairs = set(Checkpoint.objects.values_list("subject_type", "subject_id").distinct())
-            pairs |= set(Operation.objects.values_list("subject_type", "subject_id").distinct())
-            if index is not None:  # a subject removed altogether is still anchored
-                pairs |= {(s.type, s.id) for s in index.subjects()}
-            subjects = [Subject(t, i) for t, i in sorted(pairs)]
+        subjects = [chosen] if chosen is not None else self._every_subject(index)
         problems = self._report_anchors(report)
         if resolve and not subject and index is not None:
             failed = {result.subject for result, _ in report.failures}
@@ -169,16 +147,59 @@ class Command(BaseCommand):
                     self._request(item, actor, rationale, watermark)
                 if verbosity > 1 and item not in SPECIAL:
                     self.stdout.write(f"ok {result.subject} ({result.length} checkpoints)")
-        self.stdout.write(self._anchors_line(report, no_anchors))
-        summary = f"{len(subjects)} chain(s) verified, {broken} broken"
-        if problems:
-            summary += f"; the anchors show {problems} problem(s) (above)"
-        self.stdout.write(summary + ".")
+        self._summarize(report, no_anchors, len(subjects), broken, problems)
         failed = bool(broken or problems)
         if anchor:
             failed = not self._anchor(restart_anchors) or failed
         if failed:
             raise SystemExit(1)
+
+    def _summarize(
+        self, report: AnchorsReport | None, no_anchors: bool, count: int, broken: int, problems: int
+    ) -> None:
+        self.stdout.write(self._anchors_line(report, no_anchors))
+        summary = f"{count} chain(s) verified, {broken} broken"
+        if problems:
+            summary += f"; the anchors show {problems} problem(s) (above)"
+        self.stdout.write(summary + ".")
+
+    def _resolver(self, resolve: bool, by: str | None, rationale: str | None):
+        """Who requests resolutions with ``--resolve`` (None without it); the options checked."""
+        if not resolve:
+            if rationale:
+                raise CommandError("--rationale goes with --resolve.")
+            return None
+        actor = self._actor(by, "--resolve")
+        if not (rationale or "").strip():
+            raise CommandError(
+                "--resolve needs --rationale: say what was repaired and how (for example "
+                "which rows were restored from which backup). It is recorded."
+            )
+        return actor
+
+    def _subject(
+        self, subject: str | None, watermark: int | None, no_anchors: bool
+    ) -> Subject | None:
+        """The one subject ``--subject`` names (None without it); the options checked."""
+        if not subject:
+            if watermark is not None:
+                raise CommandError("--watermark needs --subject.")
+            return None
+        try:
+            chosen = Subject.parse(subject)
+        except RecoveryValidationError as exc:
+            raise CommandError(str(exc)) from exc
+        if no_anchors and chosen in SPECIAL:
+            raise CommandError(f"{subject} is verified against the anchors: drop --no-anchors.")
+        return chosen
+
+    def _every_subject(self, index) -> list[Subject]:
+        """Every subject with checkpoints or operations, and every one the anchors name."""
+        pairs = set(Checkpoint.objects.values_list("subject_type", "subject_id").distinct())
+        pairs |= set(Operation.objects.values_list("subject_type", "subject_id").distinct())
+        if index is not None:  # a subject removed altogether is still anchored
+            pairs |= {(s.type, s.id) for s in index.subjects()}
+        return [Subject(t, i) for t, i in sorted(pairs)]
 
     def _broken(self, result, incident) -> None:
         at = f" at #{result.position}" if result.position is not None else ""

@@ -1,0 +1,46 @@
+"""The keyed BLAKE3 checkpoint chain: append, verify, revisions.
+
+Link ``n`` is ``BLAKE3(key, canonical([subject type, subject id, n, kind, fact
+fingerprint, link n-1]))``, with link 0 all zeros. A writer without the key cannot produce
+a valid link, so a rewritten, removed, reordered or re-hashed checkpoint is detected.
+Removing checkpoints from the *end* leaves a valid shorter chain: that is detected
+against a watermark (a revision a reader saw earlier) and against the operation rows,
+which remember the position of their latest checkpoint.
+
+Three modules, each importing only the ones before it: :mod:`.links` writes and reads the
+chain's rows, :mod:`.replay` recomputes a chain from rows already read (no database), and
+:mod:`.verify` reads a subject's rows and verifies them. Import from this package.
+"""
+
+from .links import (
+    COMPARED,
+    EMPTY,
+    OP_COLUMNS,
+    Head,
+    append,
+    compute_link,
+    load_checkpoints,
+    load_operations,
+    read_head,
+)
+from .replay import Verification, compare, verify_rows
+from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
+
+__all__ = [
+    "COMPARED",
+    "EMPTY",
+    "OP_COLUMNS",
+    "VERIFY_ATTEMPTS",
+    "Head",
+    "Verification",
+    "append",
+    "chain_verify",
+    "compare",
+    "compute_link",
+    "load_checkpoints",
+    "load_operations",
+    "read_head",
+    "revision_require",
+    "subject_revision",
+    "verify_rows",
+]

@@ -1,0 +1,142 @@
+"""The chain's rows: computing a link, reading the head, appending, loading a subject's rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from blake3 import blake3
+from django.db import IntegrityError
+
+from ..canonical import FingerprintKind, canonical_bytes, fingerprint
+from ..db import GENESIS_LINK, dialect
+from ..errors import ChainConflict
+from ..keys import chain_keys
+from ..models import Checkpoint, Operation
+from ..subjects import Subject
+
+_CP = Checkpoint._meta.db_table
+_OP = Operation._meta.db_table
+
+# The operation columns the chain replays and compares (row attribute, fact field).
+COMPARED = (
+    ("state", "state"),
+    ("revision", "revision"),
+    ("step_id", "step"),
+    ("action", "action"),
+    ("recovery_mode", "mode"),
+    ("definition_fp", "definition_fp"),
+    ("input_fp", "input_fp"),
+    ("preview_fp", "preview_fp"),
+    ("access_fp", "access_fp"),
+    ("idempotency_fp", "idempotency_fp"),
+    ("result_fp", "result_fp"),
+    ("lease_key", "lease"),
+    ("fence", "fence"),
+    ("ordinal", "ordinal"),
+    ("chain_seq", "chain_seq"),
+)
+OP_COLUMNS = ("key", *(column for column, _ in COMPARED))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last link of a chain: its sequence number (the subject's revision) and link."""
+
+    seq: int
+    link: str
+
+
+EMPTY = Head(0, GENESIS_LINK)
+
+
+def compute_link(
+    key: bytes, subject: Subject, seq: int, kind: str, fact_fp: str, prev_link: str
+) -> str:
+    # The canonical bytes of [type, id, seq, kind, fact_fp, prev_link], written directly:
+    # every element is a str or an int, so there is nothing for canonical_bytes to check.
+    data = json.dumps(
+        [str(subject.type), str(subject.id), int(seq), str(kind), str(fact_fp), str(prev_link)],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode("utf-8")
+    return blake3(data, key=key).hexdigest()
+
+
+def read_head(cursor, subject: Subject) -> Head:
+    cursor.execute(
+        f"SELECT seq, link FROM {_CP} WHERE subject_type = %s AND subject_id = %s "
+        "ORDER BY seq DESC LIMIT 1",
+        [subject.type, subject.id],
+    )
+    row = cursor.fetchone()
+    return Head(row[0], row[1]) if row else EMPTY
+
+
+def append(
+    cursor,
+    subject: Subject,
+    head: Head,
+    kind: str,
+    fact: dict[str, Any],
+    projection_fp: str = "",
+) -> Head:
+    """Append one checkpoint after ``head`` (internal: the caller holds a transaction).
+
+    The unique (subject, seq) constraint is the compare-and-swap: if another writer
+    appended first, this raises :class:`ChainConflict` and the transaction rolls back.
+    ``projection_fp``, when given, is the fingerprint of the subject's projection (the
+    owner's rows, e.g. an instance's variables and steps) as this checkpoint leaves it; it
+    is part of the fact, so the chain covers it.
+    """
+    if projection_fp:
+        fact = {**fact, "projection": projection_fp}
+    keys = chain_keys()
+    key = keys.keys[keys.active_id]
+    fact_bytes = canonical_bytes(fact)
+    fact_fp = fingerprint(FingerprintKind.FACT, fact_bytes)
+    seq = head.seq + 1
+    link = compute_link(key, subject, seq, kind, fact_fp, head.link)
+    try:
+        cursor.execute(
+            f"INSERT INTO {_CP} (subject_type, subject_id, seq, kind, fact, fact_fp, "
+            f"prev_link, link, key_id, projection_fp, recorded_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
+            [
+                subject.type,
+                subject.id,
+                seq,
+                kind,
+                fact_bytes.decode(),
+                fact_fp,
+                head.link,
+                link,
+                keys.active_id,
+                projection_fp,
+            ],
+        )
+    except IntegrityError as exc:
+        raise ChainConflict(
+            f"Checkpoint #{seq} of {subject} was written by someone else first. Nothing was "
+            "recorded; reload the subject and try again."
+        ) from exc
+    return Head(seq, link)
+
+
+def load_checkpoints(cursor, subject: Subject) -> list[Sequence[Any]]:
+    cursor.execute(
+        f"SELECT seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp FROM {_CP} "
+        "WHERE subject_type = %s AND subject_id = %s ORDER BY seq",
+        [subject.type, subject.id],
+    )
+    return cursor.fetchall()
+
+
+def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
+    cursor.execute(
+        f"SELECT {', '.join(OP_COLUMNS)} FROM {_OP} WHERE subject_type = %s AND subject_id = %s",
+        [subject.type, subject.id],
+    )
+    return cursor.fetchall()

@@ -1,0 +1,208 @@
+"""Replaying a chain from rows already read, and comparing it with the operation rows.
+
+No database here: :func:`verify_rows` takes the checkpoints and the operation rows a
+reader loaded (:mod:`.links`) and says whether they agree, or where they first do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..canonical import FingerprintKind, canonical_object, fingerprint
+from ..db import GENESIS_LINK
+from ..keys import ChainKeys, chain_keys
+from ..states import can_transition
+from ..subjects import Subject
+from .links import COMPARED, compute_link
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The result of verifying one subject's chain against its operation rows."""
+
+    subject: Subject
+    ok: bool
+    length: int
+    position: int | None = None
+    reason: str = ""
+    projection: str = ""
+    """The newest projection fingerprint the chain records ('' when none)."""
+    projection_seq: int = 0
+    """The checkpoint that recorded it."""
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.subject}: ok ({self.length} checkpoints)"
+        return f"{self.subject}: BROKEN at #{self.position}: {self.reason}"
+
+
+@dataclass
+class _Replayed:
+    subject: Subject
+    ops: dict[str, dict[str, Any]]
+    length: int = 0
+    projection: str = ""
+    projection_seq: int = 0
+    failure: Verification | None = None
+
+    def broken(self, position: int, reason: str) -> _Replayed:
+        self.failure = Verification(self.subject, False, self.length, position, reason)
+        return self
+
+
+def _replay(
+    subject: Subject, checkpoints: Iterable[Sequence[Any]], watermark: int | None
+) -> _Replayed:
+    """Recompute the chain from its checkpoint rows in order, up to the first break."""
+    keys = chain_keys()
+    replayed = _Replayed(subject, ops={})
+    prev = GENESIS_LINK
+    for row in checkpoints:
+        seq, kind, _, _, _, link, _, projection_fp = row
+        expected = replayed.length + 1
+        if seq != expected:
+            return replayed.broken(expected, f"checkpoint #{expected} is missing (next is #{seq})")
+        fact, problem = _checkpoint_fact(keys, subject, prev, row)
+        if problem:
+            return replayed.broken(seq, problem)
+        prev = link
+        replayed.length = seq
+        if projection_fp:
+            replayed.projection, replayed.projection_seq = projection_fp, seq
+        problem = _apply(replayed.ops, seq, kind, fact)
+        if problem:
+            return replayed.broken(seq, problem)
+    if watermark is not None and replayed.length < watermark:
+        return replayed.broken(
+            replayed.length + 1,
+            f"the chain ends at #{replayed.length} but #{watermark} was seen "
+            "before: checkpoints were removed from its end",
+        )
+    return replayed
+
+
+def _checkpoint_fact(
+    keys: ChainKeys, subject: Subject, prev: str, row: Sequence[Any]
+) -> tuple[dict[str, Any], str]:
+    """The fact of one checkpoint whose row follows ``prev`` and verifies, or why it does not."""
+    seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp = row
+    if prev_link != prev:
+        return {}, (
+            f"checkpoint #{seq} does not follow #{seq - 1} (previous "
+            "link differs: removed, reordered or rewritten)"
+        )
+    key = keys.get(key_id)
+    if key is None:
+        return {}, f"checkpoint #{seq} names an unknown chain key {key_id!r}"
+    fact_bytes = fact.encode()
+    parsed = canonical_object(fact, fact_bytes)
+    if parsed is None:
+        return {}, f"checkpoint #{seq}'s fact is not canonical JSON"
+    if fingerprint(FingerprintKind.FACT, fact_bytes) != fact_fp:
+        return {}, (
+            f"checkpoint #{seq}'s fact does not match its fingerprint (the fact was changed)"
+        )
+    if compute_link(key, subject, seq, kind, fact_fp, prev_link) != link:
+        return {}, (
+            f"checkpoint #{seq}'s link does not verify with key "
+            f"{key_id!r} (rewritten or re-hashed without the key)"
+        )
+    if parsed.get("projection", "") != projection_fp:
+        return {}, (
+            f"checkpoint #{seq}'s projection column does not match its fact "
+            "(changed behind the chain's back)"
+        )
+    return parsed, ""
+
+
+def _apply(ops: dict[str, dict[str, Any]], seq: int, kind: str, fact: dict[str, Any]) -> str:
+    key = fact.get("operation")
+    if key is None or "state" not in fact:
+        return ""
+    if kind == "operation.recorded":
+        if key in ops:
+            return f"checkpoint #{seq} records operation {key} a second time"
+        ops[key] = {field: fact.get(field) for _, field in COMPARED} | {"chain_seq": seq}
+        return ""
+    current = ops.get(key)
+    if current is None:
+        return f"checkpoint #{seq} changes operation {key} before it was recorded"
+    if not can_transition(current["state"], fact["state"]):
+        return (
+            f"checkpoint #{seq} moves operation {key} from {current['state']} to "
+            f"{fact['state']}, which is not an allowed transition"
+        )
+    if fact.get("revision") != current["revision"] + 1:
+        return f"checkpoint #{seq} skips a revision of operation {key}"
+    current.update(
+        state=fact["state"],
+        revision=fact["revision"],
+        result_fp=fact.get("result_fp", current["result_fp"]),
+        chain_seq=seq,
+    )
+    return ""
+
+
+def compare(
+    subject: Subject, ops: dict[str, dict[str, Any]], rows: Iterable[Sequence[Any]], length: int
+) -> Verification:
+    """Compare replayed operations with their rows (the fast projection)."""
+    position, reason = _first_difference(ops, list(rows), length)
+    if not reason:
+        return Verification(subject, True, length)
+    return Verification(subject, False, length, position, reason)
+
+
+def _first_difference(
+    ops: dict[str, dict[str, Any]], rows: list[Sequence[Any]], length: int
+) -> tuple[int, str]:
+    """Where the rows first differ from the replayed operations, and how; (0, '') if nowhere."""
+    # chain_seq is the last compared column. A row pointing past the chain's end means
+    # checkpoints were removed from the end; blaming the row would send people astray.
+    beyond = max(((row[-1], row[0]) for row in rows if row[-1] > length), default=None)
+    if beyond is not None:
+        return length + 1, (
+            f"the chain ends at #{length} but operation {beyond[1]}'s row "
+            f"points to checkpoint #{beyond[0]}: checkpoints were removed "
+            "from its end"
+        )
+    seen = set()
+    for row in rows:
+        key, values = row[0], row[1:]
+        seen.add(key)
+        expected = ops.get(key)
+        if expected is None:
+            return length + 1, f"operation {key} has no checkpoint in the chain"
+        for (column, field), value in zip(COMPARED, values, strict=True):
+            if expected[field] != value:
+                return expected["chain_seq"], (
+                    f"operation {key}'s {column} is {value!r} in its row but "
+                    f"{expected[field]!r} in the chain (changed behind the chain's back)"
+                )
+    for key, expected in ops.items():
+        if key not in seen:
+            return expected["chain_seq"], f"operation {key} is in the chain but its row is missing"
+    return 0, ""
+
+
+def verify_rows(
+    subject: Subject,
+    checkpoints: Sequence[Sequence[Any]],
+    operations: Iterable[Sequence[Any]],
+    watermark: int | None = None,
+) -> Verification:
+    replayed = _replay(subject, checkpoints, watermark)
+    if replayed.failure is not None:
+        return replayed.failure
+    result = compare(subject, replayed.ops, operations, replayed.length)
+    if not result.ok:
+        return result
+    return Verification(
+        subject,
+        True,
+        replayed.length,
+        projection=replayed.projection,
+        projection_seq=replayed.projection_seq,
+    )
