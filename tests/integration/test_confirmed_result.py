@@ -14,6 +14,7 @@ from govflow.engine.errors import InvalidRequest
 from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.provider import Succeeded
 from govflow.engine.registry import registry
+from govflow.engine.services.instances import instance_cancel
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from recovery import api
 from recovery.models import Checkpoint, Decision, IntegrityIncident
@@ -269,6 +270,21 @@ def test_a_confirmed_decision_without_a_result_cannot_complete_a_step_that_needs
     decision.refresh_from_db()
     assert decision.state == "requested"
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
+
+
+def test_a_result_confirmed_after_the_instance_was_cancelled_is_recorded_not_applied(
+    requester, approver
+):
+    instance = uncertain()
+    instance_cancel(instance_id=instance.pk, actor=requester, reason="Withdrawn by applicant.")
+    decision = request(instance, requester, result={"stored": "v1", "key": "k"})
+    handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.CANCELLED
+    assert token_of(instance, "a").state == TokenState.COMPLETED
+    assert "written" not in instance.variables
+    assert operations(instance)[0].result_fp == decision.result_fp
+    assert chain_ok(instance)
 
 
 # -- a provider's success is checked against the output schema too -----------------------

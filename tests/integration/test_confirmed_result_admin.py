@@ -12,6 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.registry import registry
 from govflow.engine.selectors import node_of
+from govflow.engine.services.instances import instance_cancel
 from govflow.handoffs.admin.detail import handoff_form
 from recovery.models import Decision
 from tests.flows import action, drive, linear, start
@@ -151,3 +152,19 @@ def test_the_request_form_is_pre_filled_with_an_initial_result():
     action = registry.get(node["action"])
     form = handoff_form(instance, token, node, action, initial_result={"key": "k-7"})
     assert 'name="result_key" value="k-7"' in form.as_div()
+
+
+def test_approving_on_a_cancelled_instance_says_the_instance_stays_cancelled(requester, checker):
+    instance, token = blocked()
+    instance_cancel(instance_id=instance.pk, actor=requester, reason="Withdrawn by applicant.")
+    logged_in(requester).post(
+        url("instance_handoff", instance.pk, token.pk),
+        request_form(result_stored="v1", result_key="k-1"),
+    )
+    decision = Decision.objects.get()
+    approve = url("instance_decision_approve", instance.pk, decision.pk)
+    done = logged_in(checker).post(approve, {"result_fp": decision.result_fp}, follow=True)
+    assert any(
+        "step 'write' is recorded as completed; the instance stays cancelled" in m
+        for m in messages_of(done)
+    )
