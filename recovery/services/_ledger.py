@@ -231,7 +231,7 @@ def verified_head(
     """Verify the subject's whole chain before a success; return its head.
 
     ``decisions`` are (id, result, result fingerprint) rows of decisions whose stored
-    results are verified too (``chain.compare_results``). Raises :class:`ChainBroken`;
+    results are verified too (``decided.result_mismatch``). Raises :class:`ChainBroken`;
     :func:`opening_incidents` turns that into an incident.
     """
     checkpoints = chain.load_checkpoints(cursor, subject)
