@@ -54,6 +54,7 @@ from .projections import (
     projection_record,
     projection_register,
 )
+from .schemas import schema_problems
 from .selectors import (
     LeaseView,
     OperationView,
@@ -276,6 +277,7 @@ __all__ = [
     "projection_record",
     "projection_register",
     "revision_require",
+    "schema_problems",
     "subject_revision",
     "subject_type_register",
     "subject_types",

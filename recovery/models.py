@@ -217,6 +217,18 @@ class Decision(models.Model):
     kind = models.CharField(max_length=20, choices=DecisionKind.choices)
     rationale = models.TextField()
     checks = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the confirmed effect returned, as the requester recorded it (effect "
+        "confirmed only); applied as the step's output when approved.",
+    )
+    result_fp = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="BLAKE3 of the result's canonical bytes; chained with the request.",
+    )
     state = models.CharField(
         max_length=10, choices=DecisionState.choices, default=DecisionState.REQUESTED
     )

@@ -192,6 +192,11 @@ class HandoffDecision(serializers.Serializer):
     kind = serializers.CharField()
     state = serializers.CharField()
     requested_at = serializers.DateTimeField()
+    result_fp = serializers.CharField(
+        allow_blank=True,
+        help_text="For effect confirmed: the BLAKE3 fingerprint of the result the decision "
+        "carries (what the step returned, applied as its output when approved); '' otherwise.",
+    )
 
 
 class Handoff(serializers.Serializer):

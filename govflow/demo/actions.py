@@ -29,19 +29,11 @@ from govflow.engine.provider import (
     VerificationCheck,
 )
 
-from . import store
+from . import schemas, store
+from .schemas import NOTE_KINDS, TEXT, object_schema
 
-TEXT = {"type": "string", "minLength": 1, "maxLength": 200}
 POLL_AFTER = 2.0
-
-
-def _schema(properties: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": sorted(properties),
-        "additionalProperties": False,
-    }
+_schema = object_schema
 
 
 def _finding(record: Mapping[str, Any] | None, found: str, missing: str) -> str:
@@ -108,6 +100,7 @@ register_application = ActionDefinition(
             "floor_area_m2": {"type": "integer", "minimum": 1, "maximum": 100000},
         }
     ),
+    output_schema=schemas.REGISTERED,
     preview=_register_preview,
     execute=_register_execute,
     reconcile=_register_reconcile,
@@ -210,6 +203,7 @@ collect_fee = ActionDefinition(
             "currency": {"enum": ["EUR"]},
         }
     ),
+    output_schema=schemas.PAID,
     preview=_fee_preview,
     execute=_fee_execute,
     poll=_fee_poll,
@@ -273,10 +267,11 @@ record_decision_note = ActionDefinition(
     input_schema=_schema(
         {
             "subject": TEXT,
-            "kind": {"enum": ["neighbour_notice", "rejection", "correction", "remark"]},
+            "kind": {"enum": NOTE_KINDS},
             "text": {"type": "string", "minLength": 1, "maxLength": 4000},
         }
     ),
+    output_schema=schemas.NOTED,
     preview=_note_preview,
     execute=_note_execute,
 )
@@ -337,6 +332,7 @@ restore_parcel_snapshot = ActionDefinition(
     input_schema=_schema(
         {"parcel_id": TEXT, "reason": {"type": "string", "minLength": 1, "maxLength": 1000}}
     ),
+    output_schema=schemas.RESTORED,
     preview=_restore_preview,
     execute=_restore_execute,
     reconcile=_restore_reconcile,
@@ -413,6 +409,7 @@ issue_permit = ActionDefinition(
     input_schema=_schema(
         {"application_id": TEXT, "holder": TEXT, "parcel_id": TEXT, "approved_by": TEXT}
     ),
+    output_schema=schemas.ISSUED,
     preview=_permit_preview,
     execute=_permit_execute,
     reconcile=_permit_reconcile,

@@ -8,7 +8,10 @@ the registry before an instance runs:
   and with it the gate the node must pin (``backup_ref``, ``approval_ref``);
 - the verification checks an operator answers about an uncertain effect (ids and
   instructions, in order);
-- the input schema (its canonical bytes).
+- the input schema (its canonical bytes);
+- the output schema, when the action declares one (its canonical bytes): it types what an
+  operator confirming an uncertain effect must supply. An action without one has the
+  contract it had before output schemas existed, so definitions pinned then still match.
 
 Not pinned: the title, the preview and execute code, poll and reconcile hooks and the
 retry policy. They are the provider's to change in a release; the idempotency key keeps a
@@ -39,6 +42,7 @@ __all__ = [
 # the bytes of a definition document (an object), so the fingerprints cannot collide.
 _CHECKS = "action-contract-checks"
 _SCHEMA = "action-contract-schema"
+_OUTPUT = "action-contract-output"
 _CONTRACT = "action-contract"
 
 
@@ -53,10 +57,13 @@ def action_contract(action: ActionDefinition) -> dict[str, Any]:
             FingerprintKind.DEFINITION, [_SCHEMA, dict(action.input_schema)]
         ),
     }
-    contract["contract_fp"] = fingerprint_value(
-        FingerprintKind.DEFINITION,
-        [_CONTRACT, contract["mode"], contract["checks_fp"], contract["schema_fp"]],
-    )
+    parts = [_CONTRACT, contract["mode"], contract["checks_fp"], contract["schema_fp"]]
+    if action.output_schema is not None:
+        contract["output_fp"] = fingerprint_value(
+            FingerprintKind.DEFINITION, [_OUTPUT, dict(action.output_schema)]
+        )
+        parts.append(contract["output_fp"])
+    contract["contract_fp"] = fingerprint_value(FingerprintKind.DEFINITION, parts)
     return contract
 
 
@@ -116,6 +123,15 @@ def contract_changes(name: str, pinned: Mapping[str, Any], current: Mapping[str,
         changes.append(f"verification checks changed ({'; '.join(detail)})")
     if pinned.get("schema_fp") != current.get("schema_fp"):
         changes.append("input schema changed")
+    before, after = pinned.get("output_fp"), current.get("output_fp")
+    if before != after:
+        changes.append(
+            "output schema added"
+            if before is None
+            else "output schema removed"
+            if after is None
+            else "output schema changed"
+        )
     if not changes:
         changes.append("contract changed")
     return f"{name}: {', '.join(changes)}"

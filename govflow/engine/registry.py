@@ -20,6 +20,7 @@ from django.apps import apps
 
 from recovery.api import RecoveryMode
 
+from .outputs import check_output_schema
 from .results import ActionContext, Result
 
 __all__ = [
@@ -64,6 +65,11 @@ class ActionDefinition:
     reuse one. ``execute`` returns a :class:`~govflow.engine.results.Result`; ``poll``
     answers a pending provider; ``reconcile`` looks the effect up by idempotency key and
     returns a conclusive result or :class:`~govflow.engine.results.Unknown`.
+
+    ``output_schema`` (optional) is the JSON Schema of the output a success returns: a
+    success whose output fails it is an unknown outcome (the effect happened, the answer
+    cannot be used), and an operator confirming an uncertain effect supplies the values
+    it describes (``govflow.engine.outputs``).
     """
 
     name: str
@@ -77,6 +83,7 @@ class ActionDefinition:
     reconcile: Callable[[ActionContext], Result] | None = None
     retry_budget: int = 3
     retry_backoff: float = 2.0
+    output_schema: Mapping[str, Any] | None = None
     module: str = field(default="", compare=False)
 
     @property
@@ -117,6 +124,18 @@ def validate_action(action: ActionDefinition) -> None:
         raise RegistryError(
             f"{where}: input_schema is not a valid JSON Schema: {exc.message}"
         ) from None
+    if action.output_schema is not None:
+        problem = check_output_schema(action.output_schema)
+        if problem:
+            raise RegistryError(f"{where}: {problem}")
+    _validate_checks(action, where)
+    if not isinstance(action.retry_budget, int) or not 0 <= action.retry_budget <= 100:
+        raise RegistryError(f"{where}: retry_budget must be an integer from 0 to 100.")
+    if not 0 < float(action.retry_backoff) <= 3600:
+        raise RegistryError(f"{where}: retry_backoff must be in (0, 3600] seconds.")
+
+
+def _validate_checks(action: ActionDefinition, where: str) -> None:
     seen: set[str] = set()
     for check in action.checks:
         if not isinstance(check, VerificationCheck) or not CHECK_ID.match(check.id):
@@ -134,10 +153,6 @@ def validate_action(action: ActionDefinition) -> None:
             f"{where}: a {action.recovery_mode} action needs at least one verification check, "
             "so an operator can find out whether an uncertain effect happened."
         )
-    if not isinstance(action.retry_budget, int) or not 0 <= action.retry_budget <= 100:
-        raise RegistryError(f"{where}: retry_budget must be an integer from 0 to 100.")
-    if not 0 < float(action.retry_backoff) <= 3600:
-        raise RegistryError(f"{where}: retry_backoff must be in (0, 3600] seconds.")
 
 
 class ActionRegistry:

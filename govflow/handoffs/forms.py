@@ -6,12 +6,14 @@ services decide what is allowed and say why not.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 
-from govflow.engine.limits import variables_max_bytes
+from govflow.engine.limits import payload_max_bytes, variables_max_bytes
 from govflow.engine.models import Definition
+from govflow.engine.outputs import ResultField
 from govflow.engine.selectors import definitions_published
 from recovery.api import CanonicalError, DecisionKind, parse_json
 
@@ -67,6 +69,13 @@ class CancelForm(forms.Form):
     )
 
 
+class DecisionApproveForm(forms.Form):
+    """Approving a decision approves the result the approver was shown: its fingerprint
+    travels with the approval, and the service refuses a decision that carries another."""
+
+    result_fp = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
+
+
 class ApprovalForm(forms.Form):
     decision = forms.ChoiceField(
         choices=[("approve", "Approve"), ("reject", "Reject")],
@@ -100,13 +109,20 @@ class MultipleFileField(forms.FileField):
 
 
 CHECK_PREFIX = "check_"
+RESULT_PREFIX = "result_"
+CONFIRMED = DecisionKind.EFFECT_CONFIRMED
+CONFIRM_REQUIRED = "Required to record effect confirmed."
 
 
 class HandoffRequestForm(forms.Form):
-    """A decision on an uncertain step: kind, rationale, evidence and the provider's checks.
+    """A decision on an uncertain step: kind, rationale, evidence, the provider's checks,
+    and the step's result for *effect confirmed*.
 
     ``checks`` are the action's :class:`~govflow.engine.registry.VerificationCheck`\\ s;
-    each becomes a text field labelled with its instruction.
+    each becomes a text field labelled with its instruction. ``result_fields`` (from
+    :func:`govflow.engine.outputs.result_fields`) become one field each, typed as the
+    output schema types them; ``initial_result`` pre-fills them (for example with what the
+    provider's reconcile found).
     """
 
     kind = forms.ChoiceField(
@@ -114,7 +130,8 @@ class HandoffRequestForm(forms.Form):
         choices=DecisionKind.choices,
         widget=forms.RadioSelect,
         help_text="Effect confirmed and effect absent need evidence. A timeout, a restart or "
-        "an empty local result is not evidence of absence.",
+        "an empty local result is not evidence of absence. Effect confirmed also records "
+        "what the effect returned (the result fields below).",
     )
     rationale = forms.CharField(
         label="Rationale",
@@ -128,7 +145,15 @@ class HandoffRequestForm(forms.Form):
         help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
     )
 
-    def __init__(self, *args, checks=(), allow_cancel: bool = True, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        checks=(),
+        allow_cancel: bool = True,
+        result_fields=(),
+        initial_result=None,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if not allow_cancel:  # the instance is cancelled already: only what happened
             self.fields["kind"].choices = [
@@ -145,9 +170,94 @@ class HandoffRequestForm(forms.Form):
                 help_text=f"Your finding for check '{check.id}'.",
             )
             self.check_ids.append(check.id)
+        self.result_fields = list(result_fields)
+        for spec in self.result_fields:
+            field = result_form_field(spec)
+            if initial_result and spec.name in initial_result:
+                field.initial = initial_value(spec, initial_result[spec.name])
+            self.fields[RESULT_PREFIX + spec.name] = field
 
     def check_answers(self) -> dict[str, str]:
         return {cid: self.cleaned_data.get(CHECK_PREFIX + cid, "") for cid in self.check_ids}
+
+    def result_values(self) -> dict[str, Any]:
+        """The result fields that were filled in, by name."""
+        values = {}
+        for spec in self.result_fields:
+            value = self.cleaned_data.get(RESULT_PREFIX + spec.name)
+            if value is not None and value != "":
+                values[spec.name] = value
+        return values
+
+    def result(self) -> dict[str, Any] | None:
+        """The result to record: the values for effect confirmed, None for the others."""
+        if self.cleaned_data.get("kind") == CONFIRMED:
+            return self.result_values()
+        return self.result_values() or None
+
+    def clean(self):
+        cleaned = super().clean()
+        values = self.result_values()
+        if cleaned.get("kind") == CONFIRMED:
+            for spec in self.result_fields:
+                if spec.required and spec.name not in values:
+                    self.add_error(RESULT_PREFIX + spec.name, CONFIRM_REQUIRED)
+        elif cleaned.get("kind") and values:
+            self.add_error(
+                "kind",
+                "Only effect confirmed records a result: clear the result fields "
+                f"({', '.join(values)}), or choose effect confirmed.",
+            )
+        return cleaned
+
+
+def result_form_field(spec: ResultField) -> forms.Field:
+    """A form field for one value of a step's result (never required by the form itself:
+    it is required for effect confirmed only, which ``clean`` checks)."""
+    help_text = " ".join(p for p in (spec.help, CONFIRM_REQUIRED if spec.required else "") if p)
+    common = {"label": spec.label, "required": False, "help_text": help_text}
+    if spec.type == "string":
+        return forms.CharField(max_length=spec.max_length or 2000, **common)
+    if spec.type in ("integer", "number"):
+        bounds = {"min_value": spec.minimum, "max_value": spec.maximum}
+        if spec.type == "integer":
+            return forms.IntegerField(**bounds, **common)
+        return forms.FloatField(**bounds, **common)
+    if spec.type == "boolean":
+        choices = [("", "—"), ("true", "Yes"), ("false", "No")]
+        return forms.TypedChoiceField(
+            choices=choices, coerce=lambda v: v == "true", empty_value=None, **common
+        )
+    if spec.type == "enum":
+        choices = [("", "—")] + [(json.dumps(v), str(v)) for v in spec.enum]
+        return forms.TypedChoiceField(
+            choices=choices, coerce=json.loads, empty_value=None, **common
+        )
+    return JsonValueField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "spellcheck": "false"}), **common
+    )
+
+
+def initial_value(spec: ResultField, value: Any) -> Any:
+    """How a field shows ``value`` before anyone types."""
+    if spec.type == "boolean":
+        return "true" if value is True else "false" if value is False else ""
+    if spec.type in ("enum", "json"):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+class JsonValueField(forms.CharField):
+    """A JSON value typed as text (a result value the form has no field type for)."""
+
+    def to_python(self, value):
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return None
+        try:
+            return parse_json(text, max_bytes=payload_max_bytes())
+        except CanonicalError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
 
 
 class RejectDecisionForm(forms.Form):

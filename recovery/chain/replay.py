@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from ..canonical import FingerprintKind, canonical_object, fingerprint
 from ..db import GENESIS_LINK
+from ..decided import result_mismatch
 from ..keys import ChainKeys, chain_keys
 from ..states import can_transition
 from ..subjects import Subject
@@ -46,6 +48,8 @@ class _Replayed:
     projection: str = ""
     projection_seq: int = 0
     failure: Verification | None = None
+    results: dict[Any, tuple[str, int]] = dataclass_field(default_factory=dict)
+    """Decision id → the result fingerprint its request chained, and that checkpoint."""
 
     def broken(self, position: int, reason: str) -> _Replayed:
         self.failure = Verification(self.subject, False, self.length, position, reason)
@@ -71,6 +75,8 @@ def _replay(
         replayed.length = seq
         if projection_fp:
             replayed.projection, replayed.projection_seq = projection_fp, seq
+        if kind == "decision.requested" and "result_fp" in fact:
+            replayed.results[fact.get("decision")] = (fact["result_fp"], seq)
         problem = _apply(replayed.ops, seq, kind, fact)
         if problem:
             return replayed.broken(seq, problem)
@@ -192,13 +198,19 @@ def verify_rows(
     checkpoints: Sequence[Sequence[Any]],
     operations: Iterable[Sequence[Any]],
     watermark: int | None = None,
+    results: Iterable[Sequence[Any]] = (),
 ) -> Verification:
+    """Verify a chain against its operation rows and, given ``results`` (see
+    :func:`~recovery.decided.result_mismatch`), against its decisions' stored results."""
     replayed = _replay(subject, checkpoints, watermark)
     if replayed.failure is not None:
         return replayed.failure
     result = compare(subject, replayed.ops, operations, replayed.length)
     if not result.ok:
         return result
+    mismatch = result_mismatch(replayed.results, results, replayed.length)
+    if mismatch is not None:
+        return Verification(subject, False, replayed.length, *mismatch)
     return Verification(
         subject,
         True,

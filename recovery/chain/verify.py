@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import connection
 
+from ..decided import load_results
 from ..errors import ChainConflict, RevisionRollback
 from ..subjects import Subject
 from .links import load_checkpoints, load_operations, read_head
@@ -35,6 +36,7 @@ def chain_verify(subject: Subject, *, watermark: int | None = None) -> Verificat
                 load_checkpoints(cursor, subject),
                 load_operations(cursor, subject),
                 watermark,
+                load_results(subject),
             )
             if not result.ok or not result.projection:
                 return result

@@ -225,15 +225,19 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
     )
 
 
-def verified_head(cursor, subject: Subject, subject_rows: list | None = None) -> Head:
+def verified_head(
+    cursor, subject: Subject, subject_rows: list | None = None, *, decisions: list = ()
+) -> Head:
     """Verify the subject's whole chain before a success; return its head.
 
-    Raises :class:`ChainBroken`; :func:`opening_incidents` turns that into an incident.
+    ``decisions`` are (id, result, result fingerprint) rows of decisions whose stored
+    results are verified too (``decided.result_mismatch``). Raises :class:`ChainBroken`;
+    :func:`opening_incidents` turns that into an incident.
     """
     checkpoints = chain.load_checkpoints(cursor, subject)
     if subject_rows is None:
         subject_rows = chain.load_operations(cursor, subject)
-    verification = chain.verify_rows(subject, checkpoints, subject_rows)
+    verification = chain.verify_rows(subject, checkpoints, subject_rows, results=decisions)
     if not verification.ok:
         raise ChainBroken(
             f"Refusing to commit success for {subject}: its checkpoint chain is broken at "

@@ -7,12 +7,15 @@ so two approvals racing for the same decision move the operation exactly once.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value, input_guard
+from ..decided import admit_result
 from ..errors import CanonicalError, DecisionConflict, DecisionError
 from ..evidence import EvidenceBatch, storage_path
 from ..models import Decision, EvidenceFile, Operation, evidence_storage
@@ -59,12 +62,17 @@ def decision_request(
     evidence: Sequence = (),
     checks: Mapping[str, str] | None = None,
     required_checks: Sequence[str] = (),
+    result: Mapping | None = None,
+    result_schema: Mapping | None = None,
+    result_max_bytes: int = TEXT_MAX_BYTES,
 ) -> Decision:
     """Request a decision on an uncertain operation, with evidence files.
 
     *Effect confirmed* and *effect absent* need a rationale and at least one evidence file;
     a cancel needs a rationale. ``required_checks`` are the provider's verification check
-    ids: each needs an answer in ``checks``. Nothing moves until another person approves.
+    ids: each needs an answer in ``checks``. *Effect confirmed* carries ``result``, what
+    the effect returned, checked against ``result_schema`` when given (the other kinds
+    carry none). Nothing moves until another person approves.
     """
     _require_perm(requested_by, "recovery.request_decision", "request a decision")
     if kind not in DECIDABLE:
@@ -87,34 +95,40 @@ def decision_request(
             f"Answer the provider's verification checks first: {', '.join(missing)}."
         )
     _admit_text({"rationale": rationale, "checks": checks})
+    stored, result_fp = admit_result(kind, result, result_schema, max_bytes=result_max_bytes)
+    request = _Request(operation_key, kind, rationale, requested_by, checks, stored, result_fp)
     # Files are streamed to temporary files and checked first; they reach the store only
     # as the last step of the transaction, and the batch removes whatever was not stored.
     with EvidenceBatch(evidence, storage=evidence_storage()) as batch:
-        return _record_request(operation_key, kind, rationale, requested_by, checks, batch)
+        return _record_request(request, batch)
 
 
-def _record_request(operation_key, kind, rationale, requested_by, checks, batch) -> Decision:
-    files = batch.files
+@dataclass(frozen=True)
+class _Request:
+    operation_key: str
+    kind: str
+    rationale: str
+    requested_by: Any
+    checks: dict[str, str]
+    result: dict | None
+    result_fp: str
+
+
+def _record_request(request: _Request, batch: EvidenceBatch) -> Decision:
     try:
         with transaction.atomic():
-            operation = Operation.objects.select_for_update().filter(key=operation_key).first()
-            if operation is None:
-                raise DecisionError(f"No ledger operation has key {operation_key!r}.")
-            allowed, _ = DECIDABLE[kind]
-            if operation.state not in allowed:
-                raise DecisionError(
-                    f"Operation {operation_key} is {operation.state}; '{K(kind).label}' can "
-                    f"only resolve an operation that is {' or '.join(sorted(allowed))}."
-                )
+            operation = _decidable(request.operation_key, request.kind)
             decision = Decision.objects.create(
                 operation=operation,
-                kind=kind,
-                rationale=rationale,
-                checks=checks,
-                requested_by=requested_by,
+                kind=request.kind,
+                rationale=request.rationale,
+                checks=request.checks,
+                result=request.result,
+                result_fp=request.result_fp,
+                requested_by=request.requested_by,
                 requested_at=Now(),
             )
-            for item in files:
+            for item in batch.files:
                 EvidenceFile.objects.create(
                     decision=decision,
                     file=storage_path(item.fingerprint),
@@ -124,53 +138,61 @@ def _record_request(operation_key, kind, rationale, requested_by, checks, batch)
                     name=item.name,
                     uploaded_at=Now(),
                 )
-            subject = Subject(operation.subject_type, operation.subject_id)
-            with connection.cursor() as cursor:
-                chain.append(
-                    cursor,
-                    subject,
-                    chain.read_head(cursor, subject),
-                    "decision.requested",
-                    {
-                        "operation": operation.key,
-                        "decision": decision.pk,
-                        "kind": str(kind),
-                        "requested_by": requested_by.pk,
-                        "rationale_fp": fingerprint_value(FingerprintKind.INPUT, rationale),
-                        "checks_fp": fingerprint_value(FingerprintKind.INPUT, checks),
-                        "evidence": sorted(f.fingerprint for f in files),
-                    },
-                )
+            _chain_request(operation, decision, request, batch.files)
             # The files reach the store after the commit, and are removed on a rollback
             # (of this block or of a caller's): a refused request leaves no file behind.
             batch.store_after_commit()
     except IntegrityError as exc:
         raise DecisionConflict(
-            f"Operation {operation_key} already has a decision awaiting approval. Approve or "
-            "reject that one first."
+            f"Operation {request.operation_key} already has a decision awaiting approval. "
+            "Approve or reject that one first."
         ) from exc
     decision.refresh_from_db()
     return decision
 
 
-def decision_approve(*, decision_id: int, approved_by) -> Decision:
-    """Approve another person's decision and move the operation, exactly once."""
+def _decidable(operation_key: str, kind: str) -> Operation:
+    """The operation, locked, if a decision of ``kind`` may resolve it."""
+    operation = Operation.objects.select_for_update().filter(key=operation_key).first()
+    if operation is None:
+        raise DecisionError(f"No ledger operation has key {operation_key!r}.")
+    allowed, _ = DECIDABLE[kind]
+    if operation.state not in allowed:
+        raise DecisionError(
+            f"Operation {operation_key} is {operation.state}; '{K(kind).label}' can "
+            f"only resolve an operation that is {' or '.join(sorted(allowed))}."
+        )
+    return operation
+
+
+def _chain_request(operation: Operation, decision: Decision, request: _Request, files) -> None:
+    fact = {
+        "operation": operation.key,
+        "decision": decision.pk,
+        "kind": str(request.kind),
+        "requested_by": request.requested_by.pk,
+        "rationale_fp": fingerprint_value(FingerprintKind.INPUT, request.rationale),
+        "checks_fp": fingerprint_value(FingerprintKind.INPUT, request.checks),
+        "evidence": sorted(f.fingerprint for f in files),
+    }
+    if request.result is not None:
+        # The values approved are the values requested: the chain holds their fingerprint.
+        fact["result_fp"] = request.result_fp
+    subject = Subject(operation.subject_type, operation.subject_id)
+    with connection.cursor() as cursor:
+        chain.append(cursor, subject, chain.read_head(cursor, subject), "decision.requested", fact)
+
+
+def decision_approve(*, decision_id: int, approved_by, result_fp: str | None = None) -> Decision:
+    """Approve another person's decision and move the operation, exactly once.
+
+    ``result_fp``, when given, is the fingerprint of the result the approver was shown:
+    if the decision's is another, nothing is approved. An approved *effect confirmed*
+    records its result's fingerprint as the operation's result.
+    """
     _require_perm(approved_by, "recovery.approve_decision", "approve a decision")
     with opening_incidents(), transaction.atomic():
-        decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
-        if decision is None:
-            raise DecisionError(f"No decision has id {decision_id}.")
-        if decision.requested_by_id == approved_by.pk:
-            raise DecisionError(
-                "The person who requested a decision cannot approve it: a second person "
-                "must check the evidence."
-            )
-        claimed = Decision.objects.filter(pk=decision_id, state=DecisionState.REQUESTED).update(
-            state=DecisionState.APPROVED, decided_by=approved_by, decided_at=Now()
-        )
-        if claimed != 1:
-            raise _not_awaiting(decision_id)
-        _, target = DECIDABLE[decision.kind]
+        decision = _claim(decision_id, approved_by, result_fp)
         operation = decision.operation
         subject = Subject(operation.subject_type, operation.subject_id)
         extra = {
@@ -183,36 +205,69 @@ def decision_approve(*, decision_id: int, approved_by) -> Decision:
             # The operation may have been resolved since the request (e.g. by a provider
             # reconcile): its fact is final, so this decision must not overwrite it.
             row = load_row(cursor, operation.key)
-            allowed, _ = DECIDABLE[decision.kind]
+            allowed, target = DECIDABLE[decision.kind]
             if row["state"] not in allowed:
                 raise DecisionConflict(
                     f"Operation {operation.key} is now {row['state']}, so decision "
                     f"{decision_id} no longer applies. Nothing was changed; reject it."
                 )
-            if target == S.EFFECT_CONFIRMED:
-                head = verified_head(cursor, subject)
-            else:
-                head = chain.read_head(cursor, subject)
             if target is None:
-                chain.append(
-                    cursor,
-                    subject,
-                    head,
-                    "decision.approved",
-                    {"operation": operation.key, **extra},
-                )
+                head = chain.read_head(cursor, subject)
+                fact = {"operation": operation.key, **extra}
+                chain.append(cursor, subject, head, "decision.approved", fact)
             else:
-                transition(
-                    cursor,
-                    row,
-                    target,
-                    head=head,
-                    kind="decision.approved",
-                    fact_extra=extra,
-                    result_fp=row["result_fp"],
-                )
-    decision.refresh_from_db()
+                _move(cursor, row, target, decision, extra)
+    # Only what the approval changed is read again: the result stays the one verified.
+    decision.refresh_from_db(fields=["state", "decided_by", "decided_at"])
     return decision
+
+
+def _claim(decision_id: int, approved_by, result_fp: str | None) -> Decision:
+    """Move the decision from requested to approved (compare-and-swap); return it."""
+    decision = Decision.objects.select_related("operation").filter(pk=decision_id).first()
+    if decision is None:
+        raise DecisionError(f"No decision has id {decision_id}.")
+    if decision.requested_by_id == approved_by.pk:
+        raise DecisionError(
+            "The person who requested a decision cannot approve it: a second person "
+            "must check the evidence."
+        )
+    if result_fp is not None and result_fp != decision.result_fp:
+        raise DecisionConflict(
+            f"Decision {decision_id} does not carry the result you were shown. Nothing was "
+            "approved: open the instance again and check the values before approving."
+        )
+    claimed = Decision.objects.filter(pk=decision_id, state=DecisionState.REQUESTED).update(
+        state=DecisionState.APPROVED, decided_by=approved_by, decided_at=Now()
+    )
+    if claimed != 1:
+        raise _not_awaiting(decision_id)
+    return decision
+
+
+def _move(cursor, row: dict, target: str, decision: Decision, extra: dict) -> None:
+    """Move the operation as the decision says and chain it (needs the open transaction).
+
+    *Effect confirmed* is a success: the whole chain, and the decision's stored result
+    against the fingerprint its request chained, are verified first.
+    """
+    subject = Subject(row["subject_type"], row["subject_id"])
+    result_fp = row["result_fp"]
+    if target == S.EFFECT_CONFIRMED:
+        decisions = [(decision.pk, decision.result, decision.result_fp)]
+        head = verified_head(cursor, subject, decisions=decisions)
+        result_fp = decision.result_fp or result_fp
+    else:
+        head = chain.read_head(cursor, subject)
+    transition(
+        cursor,
+        row,
+        target,
+        head=head,
+        kind="decision.approved",
+        fact_extra=extra,
+        result_fp=result_fp,
+    )
 
 
 def decision_reject(*, decision_id: int, rejected_by, note: str) -> Decision:

@@ -131,6 +131,7 @@ def test_handoffs_list_unknown_outcomes_and_pending_providers_with_open_decision
     assert unknown["state_text"].startswith("stopped: the outcome is unknown")
     assert unknown["decision"]["id"] == decision.pk
     assert unknown["decision"]["state"] == "requested"
+    assert unknown["decision"]["result_fp"] == ""  # effect absent carries no result
     waiting = by_kind["pending_provider"]
     assert waiting["instance"] == pending.pk and waiting["decision"] is None
     assert waiting["next_poll_at"] is not None

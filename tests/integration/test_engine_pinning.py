@@ -237,6 +237,10 @@ def test_an_edited_pin_on_the_instance_is_caught_and_never_reaches_the_ledger():
             {"input_schema": {"type": "object"}},
             "alpha.write: input schema changed",
         ),
+        (
+            {"output_schema": {"type": "object"}},
+            "alpha.write: output schema added",
+        ),
     ],
 )
 def test_a_provider_release_that_changes_an_action_blocks_running_instances(changes, says):

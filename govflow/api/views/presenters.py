@@ -112,6 +112,7 @@ def handoff(view, token: Token, decision: Any) -> dict[str, Any]:
             "kind": decision.kind,
             "state": decision.state,
             "requested_at": decision.requested_at,
+            "result_fp": decision.result_fp,
         },
     }
 

@@ -28,6 +28,7 @@ from ..db import clock
 from ..errors import EngineConflict
 from ..limits import payload_max_bytes
 from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
+from ..outputs import output_problems
 from ..registry import ActionDefinition, registry
 from ..results import Failed, Pending, Succeeded, Unknown
 from ..variables import apply_output
@@ -36,7 +37,15 @@ from .dispatch import ChainedDispatchRefused, Next, dispatch_next
 from .routing import after_seconds
 from .run import Run
 
-__all__ = ["MAX_DELAY", "block_inconsistent", "rehydrate", "settle", "settle_kept"]
+__all__ = [
+    "MAX_DELAY",
+    "block_inconsistent",
+    "complete_with_output",
+    "output_refusal",
+    "rehydrate",
+    "settle",
+    "settle_kept",
+]
 
 log = logging.getLogger("govflow.engine")
 
@@ -56,7 +65,7 @@ def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, res
     commit is made again. Anything else that refuses it (a stale fence) ends the run as
     before, and rehydration decides the step. Returns what the loop does next.
     """
-    result = _admitted(result)
+    result = _admitted(result, action)
     for attempt in range(1, SETTLE_ATTEMPTS + 1):
         try:
             return _settle_commit(run, token, node, action, key, result)
@@ -85,20 +94,35 @@ def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, res
     return None
 
 
-def _admitted(result):
+def output_refusal(action: ActionDefinition, output: Any) -> str:
+    """Why a success's ``output`` cannot become variables, or '' (the same guard as every
+    other way in, then the action's output schema)."""
+    try:
+        input_guard(dict(output), max_bytes=payload_max_bytes())
+    except CanonicalError as exc:
+        return (
+            "the provider reported success with an output that is not JSON the engine "
+            f"can keep ({exc.path}: {exc.problem})"
+        )
+    except (TypeError, ValueError):
+        return "the provider reported success with an output that is not JSON"
+    problems = output_problems(action.output_schema, dict(output))
+    if problems:
+        return (
+            "the provider reported success with an output that does not match the "
+            f"action's output schema ({'; '.join(problems)[:500]})"
+        )
+    return ""
+
+
+def _admitted(result, action: ActionDefinition):
     """The provider's answer, or an unknown outcome when it cannot be kept as it is."""
     if isinstance(result, Succeeded):
-        # The output becomes variables: the same guard as every other way in. The effect
-        # did happen, so an output that cannot be kept is an unknown outcome, never lost.
-        try:
-            input_guard(dict(result.output), max_bytes=payload_max_bytes())
-        except CanonicalError as exc:
-            return Unknown(
-                "the provider reported success with an output that is not JSON the engine "
-                f"can keep ({exc.path}: {exc.problem})"
-            )
-        except (TypeError, ValueError):
-            return Unknown("the provider reported success with an output that is not JSON")
+        # The effect did happen, so an output that cannot be kept is an unknown outcome,
+        # never lost: an operator confirms it with the values the output should have had.
+        refusal = output_refusal(action, result.output)
+        if refusal:
+            return Unknown(refusal)
     if isinstance(result, Pending) and _poll_delay(result) is None:
         return Unknown(
             f"the provider answered pending with poll_after="
@@ -146,10 +170,7 @@ def succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=No
     the observation that carries their fingerprint (one commit either way: the order only
     saves a checkpoint)."""
     output = dict(result.output)
-    apply_output(run.variables, token.node_id, node.get("output"), output)
-    run.update_token(token, expected, state=TokenState.COMPLETED, reason="", **(extra or {}))
-    run.active.pop(token.pk, None)
-    leave_or_block(run, token)
+    complete_with_output(run, token, node, output, expected=expected, extra=extra)
     operation_observe(
         key=key,
         state=OperationState.SUCCEEDED,
@@ -157,6 +178,21 @@ def succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=No
         result=output,
         projection_fp=run.carry_projection(),
     )
+
+
+def complete_with_output(
+    run, token, node, output: dict[str, Any], *, expected: str, reason: str = "", extra=None
+) -> None:
+    """Complete a step with its output (needs the caller's commit): the node's output
+    mapping into the variables, the step completed, the next steps routed.
+
+    The one way a step's result becomes variables, whether a provider returned it
+    (:func:`succeed`) or an operator confirmed it (``handoffs.services.desk``).
+    """
+    apply_output(run.variables, token.node_id, node.get("output"), output)
+    run.update_token(token, expected, state=TokenState.COMPLETED, reason=reason, **(extra or {}))
+    run.active.pop(token.pk, None)
+    leave_or_block(run, token)
 
 
 def _poll_later(run: Run, token: Token, key: str, result: Pending) -> None:

@@ -33,7 +33,7 @@ from .dispatch import (
 )
 from .routing import RouteError
 from .run import Run
-from .settle import retry_or_fail, settle, succeed
+from .settle import output_refusal, retry_or_fail, settle, succeed
 
 __all__ = ["call_and_settle", "run_chained", "run_token"]
 
@@ -159,6 +159,10 @@ def run_atomic(run: Run, plan: Plan) -> None:
             result = action.execute(plan.context)
             if not isinstance(result, Succeeded):
                 failure = result
+                raise _RollBack
+            refusal = output_refusal(action, result.output)
+            if refusal:  # rolled back with the action's writes: nothing happened
+                failure = Failed(f"{refusal}; rolled back", permanent=False)
                 raise _RollBack
             extra = {"operation_key": key, "idempotency_key": plan.idem}
             succeed(run, token, node, key, result, expected=TokenState.READY, extra=extra)

@@ -24,6 +24,7 @@ from govflow.engine.models import (
     TokenState,
     WaitKind,
 )
+from govflow.engine.outputs import result_fields
 from govflow.engine.registry import ActionDefinition, registry
 from govflow.engine.selectors import (
     contract_migrations_of,
@@ -34,6 +35,7 @@ from govflow.engine.selectors import (
     node_of,
 )
 from govflow.engine.services.contract_migrations import MIGRATE, migration_candidates
+from govflow.engine.services.definitions import trusted_spec
 from recovery.api import (
     DecisionState,
     IncidentStatus,
@@ -55,6 +57,7 @@ from ..forms import (
     MigrationRequestForm,
     RejectDecisionForm,
 )
+from ..services.desk import result_schema_of
 from ..services.incidents import RESOLVE, open_cases_of
 
 OPERATE = "engine.operate_instance"
@@ -90,6 +93,7 @@ class DecisionRow:
     reject_form: RejectDecisionForm | None = None
     own: bool = False  # the user requested it: they may withdraw it, never decide it
     missing: str = ""  # why this user may not decide it
+    result: list = field(default_factory=list)  # ResultRow: the values approved with it
 
 
 def missing_perms(user, perms) -> str:
@@ -115,15 +119,51 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
         if token.state == TokenState.OUTCOME_UNKNOWN:
             row.open_decision = open_by_key.get(token.operation_key)
             if row.open_decision is None and user.has_perms((OPERATE, REQUEST)):
-                row.handoff_form = bound.get(("handoff", token.pk)) or HandoffRequestForm(
-                    checks=action.checks if action else (),
-                    allow_cancel=instance.status != InstanceStatus.CANCELLED,
-                    auto_id=f"id_handoff_{token.pk}_%s",
+                row.handoff_form = bound.get(("handoff", token.pk)) or handoff_form(
+                    instance, token, node, action, initial_result=None
                 )
             elif row.open_decision is None:
                 row.missing = missing_perms(user, (OPERATE, REQUEST))
         rows.append(row)
     return rows
+
+
+def handoff_form(
+    instance: Instance, token: Token, node, action, data=None, files=None, *, initial_result=None
+) -> HandoffRequestForm:
+    """The form asking for a decision on ``token``: the action's checks, and the step's
+    result fields typed by its output schema, pre-filled with ``initial_result`` (what the
+    provider's reconcile found, say). A cancelled instance takes no cancel."""
+    return HandoffRequestForm(
+        data,
+        files,
+        checks=action.checks if action else (),
+        allow_cancel=instance.status != InstanceStatus.CANCELLED,
+        result_fields=result_fields(result_schema_of(action, node)),
+        initial_result=initial_result,
+        auto_id=f"id_handoff_{token.pk}_%s",
+    )
+
+
+@dataclass
+class ResultRow:
+    """One value of a decision's result, labelled as the step's output schema labels it."""
+
+    name: str
+    label: str
+    value: str
+
+
+def result_rows(decision, schema) -> list[ResultRow]:
+    if decision.result is None:
+        return []
+    labels = {f.name: f.label for f in result_fields(schema)}
+    return [
+        ResultRow(
+            name, labels.get(name, name), value if isinstance(value, str) else pretty_json(value)
+        )
+        for name, value in decision.result.items()
+    ]
 
 
 @dataclass
@@ -166,13 +206,17 @@ def _contract_context(request, instance: Instance, active: bool, bound) -> dict[
     return {"contract_changes": changes, "migrations": rows}
 
 
-def _decision_rows(request, decisions, bound) -> list[DecisionRow]:
+def _decision_rows(request, instance: Instance, decisions, bound) -> list[DecisionRow]:
     user = request.user
+    nodes = trusted_spec(instance.definition).nodes
     rows = []
     for decision in decisions:
+        node = nodes.get(decision.operation.step_id, {})
+        schema = result_schema_of(registry.get(node.get("action", "")), node)
         row = DecisionRow(
             decision=decision,
             evidence=[(f, evidence_url(f)) for f in decision_evidence(decision)],
+            result=result_rows(decision, schema),
         )
         if decision.state == DecisionState.REQUESTED:
             row.own = decision.requested_by_id == user.pk
@@ -234,7 +278,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "variables_json": pretty_json(instance.variables),
         "steps": _step_rows(request, instance, tokens, open_by_key, bound),
         "operations": operations,
-        "decisions": _decision_rows(request, decisions, bound) if see_decisions else [],
+        "decisions": _decision_rows(request, instance, decisions, bound) if see_decisions else [],
         "see_decisions": see_decisions,
         "verification": verification,
         "verify_error": verify_error,

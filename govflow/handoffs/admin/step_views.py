@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from django.http import Http404
 
-from govflow.engine.models import Instance, Token
-from govflow.engine.selectors import action_of, engine_incidents_of, instance_subject, step_get
+from govflow.engine.models import Instance, InstanceStatus, Token
+from govflow.engine.registry import registry
+from govflow.engine.selectors import engine_incidents_of, instance_subject, node_of, step_get
 from govflow.engine.services.instances import instance_cancel, step_retry
-from recovery.api import decision_get
+from recovery.api import DecisionKind, decision_get
 
 from ..forms import (
     ApprovalForm,
     CancelForm,
-    HandoffRequestForm,
     IncidentResolveForm,
     RejectDecisionForm,
 )
@@ -28,7 +28,28 @@ from ..services.desk import (
     handoff_withdraw,
 )
 from ..services.incidents import RESOLVE, engine_incident_resolve, open_cases_of
-from .detail import APPROVE, OPERATE, REQUEST
+from .detail import APPROVE, OPERATE, REQUEST, handoff_form
+
+
+def approved_message(approved, *, was_cancelled: bool = False) -> str:
+    """What an approval did, as the operator who approved it reads it."""
+    step = approved.operation.step_id
+    if was_cancelled:
+        done = "completed" if approved.kind == DecisionKind.EFFECT_CONFIRMED else "failed"
+        what = f"step '{step}' is recorded as {done}; the instance stays cancelled"
+    elif approved.kind == DecisionKind.EFFECT_CONFIRMED:
+        what = (
+            f"step '{step}' is completed with the confirmed result, applied as its output, "
+            "and the instance goes on from there"
+        )
+    elif approved.kind == DecisionKind.EFFECT_ABSENT:
+        what = (
+            f"step '{step}' is marked failed and the instance is blocked: retry the step "
+            "(the provider gets the same idempotency key) or cancel the instance"
+        )
+    else:
+        what = "the instance is cancelled; nothing outside the engine was undone"
+    return f"Decision {approved.pk} ({approved.get_kind_display()}) is approved: {what}."
 
 
 class StepActions:
@@ -126,14 +147,19 @@ class StepActions:
             ),
         )
 
-    def handoff_view(self, request, instance_id: int, token_id: int):
+    def handoff_view(self, request, instance_id: int, token_id: int, initial_result=None):
+        """Request a decision; ``initial_result`` pre-fills the result fields (e.g. with
+        what the provider's reconcile found)."""
         instance = self.get_instance(request, instance_id, OPERATE, REQUEST)
         token = self._token(instance, token_id)
-        action = action_of(instance, token)
-        form = HandoffRequestForm(
+        node = node_of(instance, token)
+        form = handoff_form(
+            instance,
+            token,
+            node,
+            registry.get(node.get("action", "")),
             *self._post(request),
-            checks=action.checks if action else (),
-            auto_id=f"id_handoff_{token.pk}_%s",
+            initial_result=initial_result,
         )
         return self.act(
             request,
@@ -148,6 +174,7 @@ class StepActions:
                 rationale=form.cleaned_data["rationale"],
                 evidence=form.cleaned_data["evidence"],
                 checks=form.check_answers(),
+                result=form.result(),
             ),
             done=lambda decision: (
                 f"Decision {decision.pk} ({decision.get_kind_display()}) is requested. "
@@ -161,10 +188,14 @@ class StepActions:
         return self.act(
             request,
             instance,
-            call=lambda: handoff_approve(decision_id=decision.pk, actor=request.user),
-            done=lambda approved: (
-                f"Decision {approved.pk} ({approved.get_kind_display()}) "
-                "is approved; the instance moves on."
+            # The fingerprint of the result the approver was shown (absent: not checked).
+            call=lambda: handoff_approve(
+                decision_id=decision.pk,
+                actor=request.user,
+                result_fp=request.POST.get("result_fp"),
+            ),
+            done=lambda approved: approved_message(
+                approved, was_cancelled=instance.status == InstanceStatus.CANCELLED
             ),
         )
 

@@ -12,13 +12,14 @@ from typing import Any
 from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.limits import admit_json, admit_text, payload_max_bytes
 from govflow.engine.models import InstanceStatus, Token, TokenState, WaitKind
+from govflow.engine.outputs import output_problems, result_schema
 from govflow.engine.queue import enqueue_advance
 from govflow.engine.registry import registry
 from govflow.engine.selectors import step_get
-from govflow.engine.services.blocking import leave_or_block
 from govflow.engine.services.definitions import spec_of
 from govflow.engine.services.instances import InstanceHeld
 from govflow.engine.services.routing import Router
+from govflow.engine.services.settle import complete_with_output
 from recovery.api import (
     ChainBroken,
     DecisionKind,
@@ -37,6 +38,7 @@ __all__ = [
     "handoff_reject",
     "handoff_request",
     "handoff_withdraw",
+    "result_schema_of",
 ]
 
 CANCELLED_ALREADY = (
@@ -109,9 +111,23 @@ def _uncertain_token(run, operation_key: str) -> Token:
 
 
 def handoff_request(
-    *, instance_id: int, token_id: int, kind: str, rationale: str, actor, evidence=(), checks=None
+    *,
+    instance_id: int,
+    token_id: int,
+    kind: str,
+    rationale: str,
+    actor,
+    evidence=(),
+    checks=None,
+    result: dict[str, Any] | None = None,
 ) -> Any:
-    """Ask for a decision on an ``outcome_unknown`` step; the action's checks must be answered."""
+    """Ask for a decision on an ``outcome_unknown`` step; the action's checks must be answered.
+
+    *Effect confirmed* carries ``result``: the values a success of the step would have
+    returned, as its node's output mapping needs them and its action's output schema types
+    them (:func:`result_schema_of`); a result missing one, or with one that fails the
+    schema, is refused naming them. *Effect absent* and *cancel* carry none.
+    """
     if actor is None or not actor.has_perm("engine.operate_instance"):
         raise NotPermitted(
             f"{actor} may not ask for decisions on steps: the permission "
@@ -133,15 +149,26 @@ def handoff_request(
         evidence=evidence,
         checks=checks,
         required_checks=required,
+        result=result,
+        result_schema=result_schema_of(action, node),
+        result_max_bytes=payload_max_bytes(),
     )
 
 
-def handoff_approve(*, decision_id: int, actor) -> Any:
+def result_schema_of(action, node) -> dict[str, Any]:
+    """The schema an *effect confirmed* result of ``node`` must satisfy (reads nothing)."""
+    return result_schema(action.output_schema if action else None, node.get("output"))
+
+
+def handoff_approve(*, decision_id: int, actor, result_fp: str | None = None) -> Any:
     """Approve a decision and move the step, in one commit.
 
-    *Effect confirmed* completes the step without calling the provider again; *effect
-    absent* marks it failed with a deliberate retry available (new operation key, same
-    idempotency key); *cancel* cancels the instance.
+    *Effect confirmed* completes the step with the decision's result, applied through the
+    node's output mapping exactly as a provider's success would be (the provider is not
+    called again), and routes on; *effect absent* marks it failed with a deliberate retry
+    available (new operation key, same idempotency key); *cancel* cancels the instance.
+    ``result_fp`` is the fingerprint of the result the approver was shown: a decision
+    carrying another is not approved.
     """
     decision = decision_get(decision_id=decision_id)
     if decision is None:
@@ -152,49 +179,73 @@ def handoff_approve(*, decision_id: int, actor) -> Any:
         cancelled = run.instance.status == InstanceStatus.CANCELLED
         if cancelled and decision.kind == DecisionKind.CANCEL:
             raise EngineConflict(CANCELLED_ALREADY)
+        node = run.spec.nodes[token.node_id]
+        if decision.kind == DecisionKind.EFFECT_CONFIRMED:
+            _still_fits(decision, registry.get(node.get("action", "")), node)
         try:
             with run.commit():
-                approved = decision_approve(decision_id=decision_id, approved_by=actor)
+                approved = decision_approve(
+                    decision_id=decision_id, approved_by=actor, result_fp=result_fp
+                )
                 if cancelled:  # record what happened; a cancelled instance goes nowhere
                     settle_after_cancel(run, token, approved)
                     return approved
-                router = Router(run)
-                if approved.kind == DecisionKind.EFFECT_CONFIRMED:
-                    run.update_token(
-                        token,
-                        TokenState.OUTCOME_UNKNOWN,
-                        state=TokenState.COMPLETED,
-                        reason=f"effect confirmed by decision {approved.pk}",
-                    )
-                    run.active.pop(token.pk, None)
-                    leave_or_block(run, token)
-                elif approved.kind == DecisionKind.EFFECT_ABSENT:
-                    run.update_token(
-                        token,
-                        TokenState.OUTCOME_UNKNOWN,
-                        state=TokenState.FAILED,
-                        reason=f"effect absent (decision {approved.pk}); a "
-                        "deliberate retry is available",
-                    )
-                    run.flush(
-                        router,
-                        status=InstanceStatus.BLOCKED,
-                        reason="Effect absent: retry the step or cancel the instance.",
-                    )
-                else:
-                    for other in list(run.active.values()):
-                        run.update_token(other, other.state, state=TokenState.CANCELLED)
-                        run.active.pop(other.pk)
-                    run.flush(
-                        router,
-                        status=InstanceStatus.CANCELLED,
-                        reason=f"Cancelled by decision {approved.pk}.",
-                    )
+                _apply_decision(run, token, node, approved)
                 enqueue_advance(instance_id)
         except ChainBroken as exc:
             incident_open(verification=exc.result)
             raise
     return approved
+
+
+def _still_fits(decision, action, node) -> None:
+    """Refuse a confirmed result the step's current output schema no longer accepts."""
+    problems = output_problems(result_schema_of(action, node), decision.result or {})
+    if not problems:
+        return
+    if decision.result is None:  # requested before confirmed decisions carried results
+        why = "it carries no result, and the step's output is needed by what follows"
+    else:
+        why = "the provider changed the action's output schema since the request"
+    raise InvalidRequest(
+        f"Decision {decision.pk} cannot complete the step ({'; '.join(problems)}): {why}. "
+        "Nothing was approved: reject it and request effect confirmed again with the "
+        "step's result."
+    )
+
+
+def _apply_decision(run, token: Token, node, approved) -> None:
+    """Move the step as the approved decision says (needs the caller's commit)."""
+    if approved.kind == DecisionKind.EFFECT_CONFIRMED:
+        complete_with_output(
+            run,
+            token,
+            node,
+            dict(approved.result or {}),
+            expected=TokenState.OUTCOME_UNKNOWN,
+            reason=f"effect confirmed by decision {approved.pk}",
+        )
+    elif approved.kind == DecisionKind.EFFECT_ABSENT:
+        run.update_token(
+            token,
+            TokenState.OUTCOME_UNKNOWN,
+            state=TokenState.FAILED,
+            reason=f"effect absent (decision {approved.pk}); a deliberate retry is available",
+        )
+        run.flush(
+            Router(run),
+            status=InstanceStatus.BLOCKED,
+            reason="Effect absent: retry the step or cancel the instance.",
+        )
+    else:
+        for other in list(run.active.values()):
+            run.update_token(other, other.state, state=TokenState.CANCELLED)
+            run.active.pop(other.pk)
+        run.flush(
+            Router(run),
+            status=InstanceStatus.CANCELLED,
+            reason=f"Cancelled by decision {approved.pk}.",
+        )
 
 
 def handoff_reject(*, decision_id: int, actor, note: str) -> Any:

@@ -49,6 +49,8 @@ class Command(BaseCommand):
             if name in instance.variables:
                 out(f"    {name}: {instance.variables[name]}")
         application_id = (instance.variables.get("application") or {}).get("id")
+        if not application_id:
+            self._unrecorded_registration(instance, out)
         if application_id:
             out(f"  Municipal registry ({store.store_path()}):")
             for table, rows in store.records_for(application_id).items():
@@ -59,3 +61,16 @@ class Command(BaseCommand):
                     out(f"    {table}: {row}")
         for note in DecisionNote.objects.filter(instance_id=instance.pk).order_by("pk"):
             out(f"  Case-file note: {note} — {note.text}")
+
+    @staticmethod
+    def _unrecorded_registration(instance, out) -> None:
+        """What the registry holds for a registration the engine has no answer for (the
+        lookup an operator makes before confirming the effect)."""
+        for token in selectors.instance_steps(instance).filter(node_id="register"):
+            record = token.idempotency_key and store.application_find(token.idempotency_key)
+            if record:
+                out(
+                    f"  The municipal registry holds application {record['application_id']} "
+                    f"(registered at {record['registered_at']}) under step "
+                    f"#{token.ordinal}'s key."
+                )
