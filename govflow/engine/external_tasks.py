@@ -108,11 +108,11 @@ class TaskReport(models.Model):
 
     class Meta:
         db_table = "engine_task_report"
-        indexes = [models.Index(fields=["task", "received_at"], name="engine_task_report")]
+        indexes = [models.Index(fields=["task", "received_at"], name="engine_task_report_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on task {self.task_id}{' (refused)' if self.refusal else ''}"
 
     @property
     def applied(self) -> bool:
         return not self.refusal
-
-    def __str__(self) -> str:
-        return f"{self.kind} on task {self.task_id}{' (refused)' if self.refusal else ''}"

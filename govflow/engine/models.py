@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .external_tasks import ExternalTask, ReportKind, Refusal, TaskReport, TaskState
+from .external_tasks import ExternalTask, Refusal, ReportKind, TaskReport, TaskState
 from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
 
 __all__ = [

@@ -24,7 +24,15 @@ from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
 from ..liveness import worker_name
-from ..models import Definition, Instance, InstanceStatus, Token, TokenState
+from ..models import (
+    Definition,
+    ExternalTask,
+    Instance,
+    InstanceStatus,
+    TaskState,
+    Token,
+    TokenState,
+)
 from ..projection import instance_subject, projection_of
 from ..queue import enqueue_advance
 from ..states import TERMINAL_STATUSES
@@ -217,6 +225,11 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
                     continue  # its effect may have happened: the case stays open
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
                 run.active.pop(token.pk)
+            # Its external tasks are no work for anybody now: no worker fetches them.
+            ExternalTask.objects.filter(
+                instance_id=instance_id,
+                state__in=[TaskState.OPEN, TaskState.LOCKED, TaskState.DEAD],
+            ).update(state=TaskState.CANCELLED, ended_at=clock())
             run.flush(Router(run), status=InstanceStatus.CANCELLED, reason=note[:4000])
     return Instance.objects.get(pk=instance_id)
 

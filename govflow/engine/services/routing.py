@@ -10,6 +10,7 @@ commit. It reads the database once, for a message that arrived before its step w
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,7 +30,7 @@ from ..models import (
     WaitKind,
 )
 from ..states import TOKEN_ACTIVE
-from ..variables import MissingVariable, evaluate, lookup
+from ..variables import MissingVariable, build_input, evaluate, lookup
 
 ACTIVE = TOKEN_ACTIVE
 
@@ -49,6 +50,8 @@ class Writes:
     timers: list[tuple[Token, Any]] = field(default_factory=list)
     completed_joins: list[int] = field(default_factory=list)
     deliveries: list[tuple[Token, TriggerDelivery]] = field(default_factory=list)
+    tasks: list[tuple[Token, dict[str, Any]]] = field(default_factory=list)
+    """External tasks to create: the waiting token, and the input its worker receives."""
 
 
 def due_expression(node: dict[str, Any]):
@@ -175,6 +178,9 @@ class Router:
                 wait_key=node["permission"],
             )
             return
+        if kind == "external_task":
+            self.enter_external_task(node_id, node)
+            return
         if kind == "external":
             self.new_token(
                 node_id,
@@ -184,6 +190,20 @@ class Router:
             )
             return
         raise RouteError(f"node '{node_id}' of type {kind!r} cannot be entered")
+
+    def enter_external_task(self, node_id: str, node: dict[str, Any]) -> None:
+        """A waiting token and the task a worker fetches (written by ``write_routed``)."""
+        try:
+            if "input" in node:
+                task_input = build_input(node["input"], self.variables)
+            else:
+                task_input = copy.deepcopy(self.variables)
+        except MissingVariable as exc:
+            raise RouteError(f"external task '{node_id}': {exc}; its input needs it") from None
+        token = self.new_token(
+            node_id, TokenState.WAITING, wait_kind=WaitKind.EXTERNAL, wait_key=node["topic"]
+        )
+        self.writes.tasks.append((token, task_input))
 
     def arrive_at_join(self, node_id: str) -> None:
         arrived = [
