@@ -277,3 +277,31 @@ def test_bad_external_task_nodes_are_refused_naming_the_field(change, words):
     with pytest.raises(DefinitionInvalid) as invalid:
         parse_definition(task_document(**change))
     assert any(words in p for p in invalid.value.problems), invalid.value.problems
+
+
+def test_the_desk_shows_the_dead_letter_its_late_results_and_retries_it(client, django_user_model):
+    instance = waiting_instance()
+    [first] = fetch("w1", lock=0.2)
+    wait_for_expiry(first.id)
+    [second] = fetch("w2")
+    with pytest.raises(TaskReportRefused):
+        task_complete(task_id=first.id, fence=1, worker="w1", variables={"verdict": "ok"})
+    task_fail(
+        task_id=first.id, fence=2, worker="w2", message="parcel register gone", permanent=True
+    )
+    operator = user_with(
+        django_user_model, "operator", "engine.view_instance", "engine.operate_instance"
+    )
+    operator.is_staff = True
+    operator.save()
+    client.force_login(operator)
+    page = client.get(f"/admin/engine/instance/{instance.pk}/change/").content.decode()
+    assert "dead-lettered" in page and "parcel register gone" in page
+    assert "refused, kept as a late result" in page
+    token = token_of(instance, "check")
+    response = client.post(f"/admin/engine/instance/{instance.pk}/steps/{token.pk}/retry/")
+    assert response.status_code == 302
+    fresh = ExternalTask.objects.get(instance=instance, state=TaskState.OPEN)
+    assert fresh.fence == second.fence + 1
+    assert token_of(instance, "check").state == TokenState.WAITING
+    assert [t.fence for t in fetch("w3")] == [fresh.fence + 1]
