@@ -93,6 +93,11 @@ def external_tasks_of(instance: Instance) -> list[ExternalTask]:
     return tasks
 
 
+def dead_task_of(token: Token) -> ExternalTask | None:
+    """The dead-lettered external task a failed step waits to have retried, or None."""
+    return ExternalTask.objects.filter(token_id=token.pk, state="dead").first()
+
+
 def contract_migrations_of(instance: Instance) -> QuerySet[ContractMigration]:
     """Migrations of an instance to its actions' changed contracts, oldest first."""
     return instance.contract_migrations.select_related("requested_by", "decided_by").order_by(

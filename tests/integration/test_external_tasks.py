@@ -305,3 +305,16 @@ def test_the_desk_shows_the_dead_letter_its_late_results_and_retries_it(client, 
     assert fresh.fence == second.fence + 1
     assert token_of(instance, "check").state == TokenState.WAITING
     assert [t.fence for t in fetch("w3")] == [fresh.fence + 1]
+
+
+def test_a_bare_step_retry_of_an_external_task_is_refused(django_user_model):
+    from govflow.engine.services.instances import step_retry
+
+    instance = waiting_instance()
+    [locked] = fetch("w1")
+    task_fail(task_id=locked.id, fence=1, worker="w1", message="gone", permanent=True)
+    operator = user_with(django_user_model, "operator", "engine.operate_instance")
+    token = token_of(instance, "check")
+    with pytest.raises(EngineConflict, match="retry its dead-lettered task"):
+        step_retry(instance_id=instance.pk, token_id=token.pk, actor=operator)
+    assert token_of(instance, "check").state == TokenState.FAILED

@@ -237,16 +237,6 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
 def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
     """Deliberately retry a failed step (never an ``outcome_unknown`` one: invariant I3)."""
     _require(actor, "engine.operate_instance", "retry steps")
-    dead = ExternalTask.objects.filter(
-        instance_id=instance_id, token_id=token_id, state=TaskState.DEAD
-    ).first()
-    if dead is not None:
-        # A dead-lettered external task is retried as a new task, never as a bare step
-        # (which would complete the wait without a result).
-        from .external_results import task_retry
-
-        task_retry(task_id=dead.pk, actor=actor)
-        return Instance.objects.get(pk=instance_id)
     with InstanceHeld(instance_id, actor) as run:
         token = Token.objects.filter(pk=token_id, instance_id=instance_id).first()
         if token is None:
@@ -259,9 +249,10 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
         if token.state != TokenState.FAILED:
             raise EngineConflict(f"Only a failed step can be retried; this one is {token.state}.")
         if run.spec.nodes[token.node_id]["type"] == "external_task":
+            # A bare retry would complete the wait without a result.
             raise EngineConflict(
-                f"Step '{token.node_id}' waits for an external task, and none of its tasks "
-                "is dead-lettered: there is nothing to retry. Reload the page."
+                f"Step '{token.node_id}' waits for an external task: retry its dead-lettered "
+                "task instead (external_results.task_retry), which creates a new task."
             )
         if run.instance.status in {InstanceStatus.CANCELLED, InstanceStatus.COMPLETED}:
             raise EngineConflict(
