@@ -318,3 +318,22 @@ def test_a_bare_step_retry_of_an_external_task_is_refused(django_user_model):
     with pytest.raises(EngineConflict, match="retry its dead-lettered task"):
         step_retry(instance_id=instance.pk, token_id=token.pk, actor=operator)
     assert token_of(instance, "check").state == TokenState.FAILED
+
+
+def test_a_task_whose_step_was_cancelled_meanwhile_is_refused_as_not_active(django_user_model):
+    from govflow.engine.services.instances import instance_cancel
+
+    instance = waiting_instance()
+    [locked] = fetch("w1")
+    operator = user_with(django_user_model, "operator", "engine.operate_instance")
+    instance_cancel(instance_id=instance.pk, actor=operator, reason="Withdrawn")
+    assert ExternalTask.objects.get(pk=locked.id).state == TaskState.CANCELLED
+    with pytest.raises(TaskReportRefused) as refused:
+        task_complete(task_id=locked.id, fence=1, worker="w1", variables={"verdict": "ok"})
+    assert refused.value.refusal == Refusal.NOT_ACTIVE
+    # Locked in its row, but its step no longer waits (e.g. cancelled by a decision).
+    ExternalTask.objects.filter(pk=locked.id).update(state=TaskState.LOCKED)
+    with pytest.raises(TaskReportRefused) as refused:
+        task_complete(task_id=locked.id, fence=1, worker="w1", variables={"verdict": "ok"})
+    assert refused.value.refusal == Refusal.NOT_ACTIVE
+    assert reports(locked.id) == [(ReportKind.COMPLETE, "not_active")] * 2

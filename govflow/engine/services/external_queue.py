@@ -186,12 +186,17 @@ def task_held(task_id: int, fence: int, worker: str, values: dict[str, Any]) -> 
     )
 
 
-def task_refusal(task_id: int, fence: int, worker: str) -> TaskReportRefused:
-    """Why a report under ``fence`` by ``worker`` is refused now (reads)."""
+def task_refusal(
+    task_id: int, fence: int, worker: str, *, step_gone: bool = False
+) -> TaskReportRefused:
+    """Why a report under ``fence`` by ``worker`` is refused now (reads). ``step_gone``:
+    the lock held, but the task's step no longer waits for it (cancelled meanwhile)."""
     task = ExternalTask.objects.filter(pk=task_id).first()
     if task is None:
         raise InvalidRequest(f"No external task has id {task_id}.")
-    if task.state in (TaskState.COMPLETED, TaskState.DEAD):
+    if step_gone:
+        refusal = Refusal.NOT_ACTIVE
+    elif task.state in (TaskState.COMPLETED, TaskState.DEAD):
         refusal = Refusal.ALREADY_DONE
     elif task.state in (TaskState.RETRIED, TaskState.CANCELLED):
         refusal = Refusal.NOT_ACTIVE

@@ -46,7 +46,11 @@ RETRY_AFTER_MAX = 7 * 86400.0
 
 
 class _Lost(Exception):
-    """The conditional write found the lock gone: roll the commit back, then refuse."""
+    """The conditional write found the lock gone (or the step no longer waits): roll the
+    commit back, then refuse."""
+
+    def __init__(self, step_gone: bool = False) -> None:
+        self.step_gone = step_gone
 
 
 def _task(task_id: int) -> ExternalTask:
@@ -56,9 +60,11 @@ def _task(task_id: int) -> ExternalTask:
     return task
 
 
-def _refuse(task_id: int, kind: str, fence: int, worker: str, payload: Any, message: str):
+def _refuse(
+    task_id: int, kind: str, fence: int, worker: str, payload: Any, message: str, lost: _Lost
+):
     """Keep the refused report on the task's history (its own commit) and raise why."""
-    refused = task_refusal(task_id, fence, worker)
+    refused = task_refusal(task_id, fence, worker, step_gone=lost.step_gone)
     report_keep(
         task_id=task_id,
         kind=kind,
@@ -99,14 +105,14 @@ def task_complete(*, task_id: int, fence: int, worker: str, variables: dict[str,
                 raise _Lost
             token = run.active.get(task.token_id)
             if token is None or token.state != TokenState.WAITING:
-                raise _Lost
+                raise _Lost(step_gone=True)
             _checked_variables(run, task, variables)
             report_keep(task_id=task_id, kind=ReportKind.COMPLETE, fence=fence, worker=worker)
             run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=variables)
             run.flush(Router(run))
             enqueue_advance(run.instance.pk)
-    except _Lost:
-        _refuse(task_id, ReportKind.COMPLETE, fence, worker, variables, "")
+    except _Lost as lost:
+        _refuse(task_id, ReportKind.COMPLETE, fence, worker, variables, "", lost)
 
 
 def _backoff(task: ExternalTask, retries: int) -> float:
@@ -155,7 +161,7 @@ def task_fail(
                 kind = ReportKind.FAIL_TRANSIENT
                 report_keep(task_id=task_id, kind=kind, fence=fence, worker=worker, message=message)
         if not requeued:
-            _refuse(task_id, ReportKind.FAIL_TRANSIENT, fence, worker, None, message)
+            _refuse(task_id, ReportKind.FAIL_TRANSIENT, fence, worker, None, message, _Lost())
         return _task(task_id)
     kind = ReportKind.FAIL_PERMANENT if permanent else ReportKind.FAIL_TRANSIENT
     why = "failed permanently" if permanent else "failed with no retry left"
@@ -213,7 +219,7 @@ def _dead_letter(task, fence: int, worker: str, kind: str, message: str, payload
                 raise _Lost
             token = run.active.get(task.token_id)
             if token is None or token.state != TokenState.WAITING:
-                raise _Lost
+                raise _Lost(step_gone=True)
             report_keep(
                 task_id=task.pk,
                 kind=kind,
@@ -226,8 +232,8 @@ def _dead_letter(task, fence: int, worker: str, kind: str, message: str, payload
             run.active.pop(token.pk, None)
             run.engine_incident_open(token, INCIDENT_KIND, text)
             run.flush(Router(run), status=InstanceStatus.BLOCKED, reason=text)
-    except _Lost:
-        _refuse(task.pk, kind, fence, worker, payload, message)
+    except _Lost as lost:
+        _refuse(task.pk, kind, fence, worker, payload, message, lost)
 
 
 def _operator(actor, doing: str) -> None:
