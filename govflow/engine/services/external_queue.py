@@ -151,7 +151,7 @@ def task_fetch_and_lock(
     """Lock up to ``max_tasks`` fetchable tasks of ``topics`` for ``worker`` (one statement).
 
     ``tenant`` limits the pick to one tenant's tasks (an API key's); None takes every
-    tenant's. Owns its commit. Returns the locked tasks, oldest first.
+    tenant's. Owns its commit (the statement's own). Returns the locked tasks, oldest first.
     """
     seconds = _check_lock_seconds(lock_seconds)
     if type(max_tasks) is not int or not 1 <= max_tasks <= MAX_TASKS:
@@ -164,7 +164,9 @@ def task_fetch_and_lock(
     params += [TaskState.OPEN, TaskState.LOCKED, d.list_param(sorted(set(topics)))]
     params += [tenant] if tenant is not None else []
     params.append(max_tasks)
-    with transaction.atomic(), connection.cursor() as cursor:
+    # One statement is its own transaction (autocommit): no BEGIN and COMMIT round trips.
+    # Inside a caller's transaction it joins that one.
+    with connection.cursor() as cursor:
         cursor.execute(_fetch_sql(tenant), params)
         rows = cursor.fetchall()
     return sorted((_locked(row) for row in rows), key=lambda t: (t.lock_expires_at, t.id))
