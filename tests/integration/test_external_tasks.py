@@ -187,7 +187,9 @@ def test_default_backoff_doubles_and_exhausted_retries_dead_letter_the_task():
         before = db_now()
         task = task_fail(task_id=locked.id, fence=locked.fence, worker=f"w{round_}", message="busy")
         waits.append(round((task.fetchable_at - before).total_seconds()))
-        ExternalTask.objects.filter(pk=locked.id).update(fetchable_at=before)
+        ExternalTask.objects.filter(pk=locked.id).update(
+            fetchable_at=before - dt.timedelta(seconds=1)
+        )
     assert waits == [10, 20]
     [last] = fetch("w9")
     task = task_fail(task_id=last.id, fence=last.fence, worker="w9", message="still busy")
@@ -246,9 +248,10 @@ def test_extend_lock_keeps_a_live_lock_and_never_revives_an_expired_one():
         seconds=50
     )
     assert fetch("w2") == []
-    ExternalTask.objects.filter(pk=locked.id).update(
-        lock_expires_at=db_now(), fetchable_at=db_now()
-    )
+    # The clock moves past the lock's expiry (by a second: SQLite stores microseconds,
+    # its clock reads milliseconds, so an expiry "now" may still be ahead of it).
+    past = db_now() - dt.timedelta(seconds=1)
+    ExternalTask.objects.filter(pk=locked.id).update(lock_expires_at=past, fetchable_at=past)
     with pytest.raises(TaskReportRefused) as refused:
         task_extend_lock(task_id=locked.id, fence=1, worker="w1", lock_seconds=60)
     assert refused.value.refusal == Refusal.LOCK_EXPIRED

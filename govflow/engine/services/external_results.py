@@ -23,11 +23,13 @@ from django.db.models import F
 
 from ..db import clock
 from ..definitions import schema_errors
+from ..definitions.limits import DEFAULT_TASK_RETRIES
 from ..definitions.schemas import schema_error_text
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, payload_max_bytes
 from ..models import ExternalTask, Incident, InstanceStatus, ReportKind, TaskState, TokenState
 from ..queue import enqueue_advance
+from .definitions import spec_of
 from .external_queue import report_keep, task_held, task_refusal
 from .instances import InstanceHeld, instance_cancel
 from .routing import Router, after_seconds
@@ -170,9 +172,8 @@ def task_fail(
 
 
 def _node_retries(task: ExternalTask) -> int:
-    from .definitions import spec_of
-
-    return spec_of(task.instance.definition).nodes[task.node_id].get("retries", 3)
+    node = spec_of(task.instance.definition).nodes[task.node_id]
+    return node.get("retries", DEFAULT_TASK_RETRIES)
 
 
 def task_bpmn_error(
@@ -270,7 +271,7 @@ def task_retry(*, task_id: int, actor) -> ExternalTask:
                 topic=task.topic,
                 variables=task.variables,
                 fence=task.fence + 1,
-                retries_left=run.spec.nodes[task.node_id].get("retries", 3),
+                retries_left=run.spec.nodes[task.node_id].get("retries", DEFAULT_TASK_RETRIES),
                 fetchable_at=clock(),
                 created_at=clock(),
             )
