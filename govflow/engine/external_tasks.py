@@ -78,8 +78,9 @@ class ExternalTask(models.Model):
     class Meta:
         db_table = "engine_external_task"
         indexes = [
+            # Fetch-and-lock walks it in order for one topic and stops at its LIMIT.
             models.Index(
-                fields=["topic", "fetchable_at"],
+                fields=["topic", "fetchable_at", "id"],
                 name="engine_task_fetch",
                 condition=Q(state__in=["open", "locked"]),
             ),

@@ -113,15 +113,19 @@ def _check_lock_seconds(lock_seconds: float) -> float:
     return float(lock_seconds)
 
 
-def _fetch_sql(tenant: str | None) -> str:
+def _fetch_sql(tenant: str | None, one_topic: bool) -> str:
+    """The fetch-and-lock statement. For one topic the pick is ``topic = %s``, so the
+    index (topic, fetchable_at, id) yields the due rows in order and the scan stops at the
+    LIMIT; for several it is a list (the due rows of those topics are sorted)."""
     d = engine_dialect()
     table = ExternalTask._meta.db_table
     plus = d.base.plus_seconds
+    topic = "= %s" if one_topic else d.id_in
     return (
         f"UPDATE {table} SET state = %s, fence = fence + 1, worker = %s, "
         f"locked_at = {d.now}, lock_expires_at = {plus}, fetchable_at = {plus} "
         f"WHERE id IN (SELECT id FROM {table} WHERE state IN (%s, %s) "
-        f"AND topic {d.id_in} {'AND tenant = %s ' if tenant is not None else ''}"
+        f"AND topic {topic} {'AND tenant = %s ' if tenant is not None else ''}"
         f"AND fetchable_at <= {d.now_once} ORDER BY fetchable_at, id LIMIT %s "
         f"{d.skip_locked}) "
         "RETURNING id, fence, topic, instance_id, node_id, tenant, variables, "
@@ -161,13 +165,15 @@ def task_fetch_and_lock(
     d = engine_dialect()
     param = d.base.seconds_param(seconds)
     params: list[Any] = [TaskState.LOCKED, worker, param, param]
-    params += [TaskState.OPEN, TaskState.LOCKED, d.list_param(sorted(set(topics)))]
+    topics = sorted(set(topics))
+    one = len(topics) == 1
+    params += [TaskState.OPEN, TaskState.LOCKED, topics[0] if one else d.list_param(topics)]
     params += [tenant] if tenant is not None else []
     params.append(max_tasks)
     # One statement is its own transaction (autocommit): no BEGIN and COMMIT round trips.
     # Inside a caller's transaction it joins that one.
     with connection.cursor() as cursor:
-        cursor.execute(_fetch_sql(tenant), params)
+        cursor.execute(_fetch_sql(tenant, one), params)
         rows = cursor.fetchall()
     return sorted((_locked(row) for row in rows), key=lambda t: (t.lock_expires_at, t.id))
 
