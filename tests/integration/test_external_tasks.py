@@ -218,7 +218,7 @@ def test_permanent_failure_dead_letters_opens_an_incident_and_the_desk_retries(d
     assert fresh.pk != locked.id and fresh.state == TaskState.OPEN
     assert ExternalTask.objects.get(pk=locked.id).state == TaskState.RETRIED
     incident.refresh_from_db()
-    assert incident.resolved_at is not None
+    assert incident.resolved_at is None  # resolved with an investigation, not by a retry
     [again] = fetch("w2")
     assert again.id == fresh.pk and again.fence > locked.fence
     task_complete(task_id=again.id, fence=again.fence, worker="w2", variables={"verdict": "ok"})

@@ -27,7 +27,7 @@ from ..definitions.limits import DEFAULT_TASK_RETRIES
 from ..definitions.schemas import schema_error_text
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, payload_max_bytes
-from ..models import ExternalTask, Incident, InstanceStatus, ReportKind, TaskState, TokenState
+from ..models import ExternalTask, InstanceStatus, ReportKind, TaskState, TokenState
 from ..queue import enqueue_advance
 from .definitions import spec_of
 from .external_queue import report_keep, task_held, task_refusal
@@ -247,7 +247,9 @@ def _operator(actor, doing: str) -> None:
 def task_retry(*, task_id: int, actor) -> ExternalTask:
     """Retry a dead-lettered task: a new task (its fence starts above the old one's, its
     retry budget full) and the step waits for it again. One commit under the instance's
-    lease (owns it). Returns the new task."""
+    lease (owns it). Returns the new task. The dead letter's engine incident stays open
+    until an operator resolves it with what they found, as any engine incident
+    (``handoffs.services.incidents``): a retry is an action, not an investigation."""
     _operator(actor, "retry external tasks")
     task = _task(task_id)
     with InstanceHeld(task.instance_id, actor) as run:
@@ -289,9 +291,6 @@ def task_retry(*, task_id: int, actor) -> ExternalTask:
                 reason=f"retried by {actor}: task {fresh.pk}",
             )
             run.active[token.pk] = token
-            Incident.objects.filter(
-                token_id=token.pk, kind=INCIDENT_KIND, resolved_at__isnull=True
-            ).update(resolved_at=clock())
             run.flush(Router(run), status=InstanceStatus.WAITING, reason="")
     return fresh
 

@@ -148,27 +148,7 @@ class Router:
             self.writes.timers.append((token, due_expression(node)))
             return
         if kind == "trigger":
-            try:
-                correlation = lookup(self.variables, node["correlation"])
-            except MissingVariable as exc:
-                raise RouteError(
-                    f"trigger '{node_id}': {exc}; it identifies the awaited message"
-                ) from None
-            wait_key = f"{node['message']}:{correlation}"
-            token = self.new_token(
-                node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key[:300]
-            )
-            buffered = (
-                TriggerDelivery.objects.filter(
-                    message=node["message"],
-                    correlation=str(correlation),
-                    state=DeliveryState.RECEIVED,
-                )
-                .order_by("received_at", "pk")
-                .first()
-            )
-            if buffered is not None:
-                self.writes.deliveries.append((token, buffered))
+            self.enter_trigger(node_id, node)
             return
         if kind == "approval":
             self.new_token(
@@ -190,6 +170,30 @@ class Router:
             )
             return
         raise RouteError(f"node '{node_id}' of type {kind!r} cannot be entered")
+
+    def enter_trigger(self, node_id: str, node: dict[str, Any]) -> None:
+        """A step waiting for a message; one that arrived first is taken at once."""
+        try:
+            correlation = lookup(self.variables, node["correlation"])
+        except MissingVariable as exc:
+            raise RouteError(
+                f"trigger '{node_id}': {exc}; it identifies the awaited message"
+            ) from None
+        wait_key = f"{node['message']}:{correlation}"
+        token = self.new_token(
+            node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key[:300]
+        )
+        buffered = (
+            TriggerDelivery.objects.filter(
+                message=node["message"],
+                correlation=str(correlation),
+                state=DeliveryState.RECEIVED,
+            )
+            .order_by("received_at", "pk")
+            .first()
+        )
+        if buffered is not None:
+            self.writes.deliveries.append((token, buffered))
 
     def enter_external_task(self, node_id: str, node: dict[str, Any]) -> None:
         """A waiting token and the task a worker fetches (written by ``write_routed``)."""
