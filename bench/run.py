@@ -1,8 +1,8 @@
-"""``make bench``: both benchmarks in one run, on one durable PostgreSQL server.
+"""``make bench``: every benchmark in one run, on one durable PostgreSQL server.
 
     make bench                                    # full run
-    make bench ARGS=--quick                       # a short run of both
-    make bench ARGS="--only engine"               # one of them: ledger or engine
+    make bench ARGS=--quick                       # a short run of each
+    make bench ARGS="--only tasks"                # one of them: ledger, engine or tasks
     make bench ARGS="--ledger-args='--lifecycles 5000' --engine-args='--n 1000'"
 
 1. ``bench/ledger.py``: one non-atomic ledger lifecycle (record, then a verified success):
@@ -10,6 +10,8 @@
 2. ``bench/engine_vs_dbos.py``: GovFlow's engine (real ``manage.py qcluster`` workers)
    against DBOS Transact (installed only into ``bench/.venv-dbos``, created on first use):
    steps/s, commits per step, recovery after SIGKILL, timer fire lag.
+3. ``bench/tasks.py``: fetch-and-lock of external tasks by 8 concurrent workers: claims/s
+   through the service, duplicate claims, redelivery after expiry; API requests/s beside.
 
 Both run on the same server: a throwaway durable one (``scripts/pg-server start DIR
 durable``, see ``pgserver.py``) started here and stopped at the end, also on error or
@@ -51,6 +53,7 @@ class Part:
 PARTS = (
     Part("ledger", "bench/ledger.py", "ledger lifecycle on PostgreSQL"),
     Part("engine", "bench/engine_vs_dbos.py", "GovFlow engine vs DBOS Transact"),
+    Part("tasks", "bench/tasks.py", "external tasks: fetch-and-lock claims"),
 )
 
 
@@ -78,6 +81,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="",
         metavar="ARGS",
         help="more options for bench/ledger.py, e.g. '--lifecycles 5000 --profile'",
+    )
+    parser.add_argument(
+        "--tasks-args",
+        default="",
+        metavar="ARGS",
+        help="more options for bench/tasks.py, e.g. '--tasks 100000 --batch 20'",
     )
     parser.add_argument(
         "--engine-args",
@@ -145,7 +154,11 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     parts = [p for p in PARTS if args.only in (None, p.name)]
-    extra = {"ledger": shlex.split(args.ledger_args), "engine": shlex.split(args.engine_args)}
+    extra = {
+        "ledger": shlex.split(args.ledger_args),
+        "engine": shlex.split(args.engine_args),
+        "tasks": shlex.split(args.tasks_args),
+    }
     quick = ["--quick"] if args.quick else []
     started = perf_counter()
     outcomes: list[Outcome] = []

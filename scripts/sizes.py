@@ -33,10 +33,6 @@ _ISSUES_9_11 = "issue 9 and 11 work in progress change this file; split it once 
 
 # "path" for a module, "path:qualified.name" for a function: why each may stay for now.
 ALLOWED: dict[str, str] = {
-    "govflow/engine/definitions.py": _ISSUE_9,
-    "govflow/engine/definitions.py:_check_node": _ISSUE_9,
-    "govflow/engine/definitions.py:parse_definition": _ISSUE_9,
-    "govflow/engine/definitions.py:_check_graph": _ISSUE_9,
     "govflow/api/problems.py": _ISSUE_11,
     "govflow/demo/actions.py": _ISSUES_9_11,
     "recovery/services/_ledger.py:transition": _ISSUE_9,

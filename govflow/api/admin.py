@@ -33,8 +33,8 @@ class ApiKeyForm(forms.ModelForm):
     task_topics = forms.CharField(
         label="External-task topics",
         required=False,
-        help_text="Reserved for the external-task endpoints (a later release): topics "
-        "separated by commas, each becoming the scope tasks:<topic>.",
+        help_text="Topics whose external tasks the key may fetch, lock and report on "
+        "(/api/v1/tasks/…), separated by commas; each becomes the scope tasks:<topic>.",
     )
 
     class Meta:

@@ -16,7 +16,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from .models import ApiKey
-from .scopes import SCOPES, KeyActor
+from .scopes import SCOPES, TASK_PERMISSION, KeyActor
 
 KEYWORD = "Api-Key"
 REALM = 'Api-Key realm="GovFlow API"'
@@ -97,7 +97,7 @@ class Principal:
     def allows(self, scope: str) -> bool:
         if self.key is not None:
             return scope in (self.key.scopes or ())
-        permission = SCOPES[scope][0]
+        permission = SCOPES[scope][0] if scope in SCOPES else TASK_PERMISSION
         return bool(self.user is not None and self.user.has_perm(permission))
 
     @property

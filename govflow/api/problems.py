@@ -24,6 +24,7 @@ body that is not JSON                                   415     unsupported-medi
 fields, schema, ``RecoveryValidationError``             422     validation-failed
 ``Idempotency-Key`` reused for another request          422     idempotency-key-reused
 ``IntegrityViolation`` (stopped for an operator)        423     integrity-stop
+a refused external-task report (``task_problems``)      409     task-…
 too many requests (``Retry-After``)                     429     rate-limited
 anything else (logged)                                  500     server-error
 =====================================================  ======  ======================
@@ -43,6 +44,8 @@ from rest_framework.response import Response
 from govflow.engine.definitions import DefinitionInvalid
 from govflow.engine.errors import NotPermitted
 from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
+
+from .task_problems import TASK_PROBLEMS
 
 log = logging.getLogger("govflow.api")
 
@@ -179,6 +182,7 @@ PROBLEM_TYPES: dict[str, ProblemType] = {
             "something, read the resource before sending it again, or send it again with "
             "the same Idempotency-Key.",
         ),
+        *(ProblemType(*task_problem) for task_problem in TASK_PROBLEMS),
     )
 }
 

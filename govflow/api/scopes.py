@@ -4,8 +4,8 @@ A key carries a list of scopes and acts for one tenant. A user signed in to the 
 authentication, for the browser) has no scopes: each scope is checked as the Django model
 permission beside it, and such a user acts for every tenant, as in the admin.
 
-``tasks:<topic>`` is reserved for the external-task endpoints of a later phase (fetch and
-lock the tasks of one topic); keys may hold it already, nothing uses it yet.
+``tasks:<topic>`` lets a key fetch, lock and report on the external tasks of one topic
+(``/api/v1/tasks/…``); a signed-in user needs ``engine.change_externaltask`` for it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ SCOPES: dict[str, tuple[str, str]] = {
         "Read an instance's ledger and checkpoint chain, verify it, export the audit trail.",
     ),
 }
+TASK_PERMISSION = "engine.change_externaltask"
 TASK_SCOPE = re.compile(r"^tasks:[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 # The engine's permissions an API key holds through its scopes (the services check

@@ -16,6 +16,7 @@ from govflow.engine.contracts import contracts_of, pinned_fingerprint
 from govflow.engine.definitions import parse_definition
 from govflow.engine.models import (
     Definition,
+    ExternalTask,
     Instance,
     Token,
     TokenState,
@@ -191,3 +192,30 @@ def definition_check(document: Any) -> dict[str, Any]:
         "fingerprint": fp,
         "published": published,
     }
+
+
+def task_get(tenant: str | None, task_id: int) -> ExternalTask | None:
+    """An external task visible to ``tenant`` (None: every tenant's)."""
+    qs = ExternalTask.objects.filter(pk=task_id)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs.first()
+
+
+def task_reports(task: ExternalTask) -> QuerySet:
+    return task.reports.order_by("received_at", "pk")
+
+
+def topic_known(topic: str) -> bool:
+    """Whether a published definition has an ``external_task`` node on ``topic``."""
+    if ExternalTask.objects.filter(topic=topic).exists():
+        return True
+    needle = json.dumps({"topic": topic}, separators=(",", ":"))[1:-1]
+    for definition in Definition.objects.filter(document__contains=needle):
+        nodes = _stored_object(definition.document).get("nodes") or []
+        if any(
+            isinstance(n, dict) and n.get("type") == "external_task" and n.get("topic") == topic
+            for n in nodes
+        ):
+            return True
+    return False

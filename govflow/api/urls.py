@@ -1,14 +1,9 @@
-"""``/api/``: version 1 of the REST API, its schema and viewers, and 404s for the rest.
-
-Reserved for the external tasks of a later phase (scope ``tasks:<topic>``):
-``/api/v1/tasks/fetch-and-lock/``, ``/api/v1/tasks/<id>/extend-lock/``, ``…/complete/``,
-``…/fail/`` and ``…/bpmn-error/``. Until they exist they answer 404 like any other path.
-"""
+"""``/api/``: version 1 of the REST API, its schema and viewers, and 404s for the rest."""
 
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
-from .views import audit, definitions, handoffs, instances, meta, triggers
+from .views import audit, definitions, handoffs, instances, meta, tasks, triggers
 
 
 class IdConverter:
@@ -82,5 +77,11 @@ urlpatterns = [
     ),
     path("v1/handoffs/", handoffs.HandoffList.as_view(), name="handoff-list"),
     path("v1/handoffs/<id:pk>/", handoffs.HandoffDetail.as_view(), name="handoff-detail"),
+    path("v1/tasks/fetch-and-lock/", tasks.FetchAndLock.as_view(), name="task-fetch-and-lock"),
+    path("v1/tasks/<id:pk>/", tasks.TaskDetail.as_view(), name="task-detail"),
+    path("v1/tasks/<id:pk>/extend-lock/", tasks.ExtendLock.as_view(), name="task-extend-lock"),
+    path("v1/tasks/<id:pk>/complete/", tasks.Complete.as_view(), name="task-complete"),
+    path("v1/tasks/<id:pk>/fail/", tasks.Fail.as_view(), name="task-fail"),
+    path("v1/tasks/<id:pk>/bpmn-error/", tasks.BpmnError.as_view(), name="task-bpmn-error"),
     re_path(r"^(?P<rest>.*)$", meta.not_found, name="not-found"),
 ]

@@ -6,17 +6,23 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .external_tasks import ExternalTask, Refusal, ReportKind, TaskReport, TaskState
 from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
 
 __all__ = [
     "ContractMigration",
     "Definition",
     "DeliveryState",
+    "ExternalTask",
     "Incident",
     "Instance",
     "InstanceStatus",
     "KeptAnswer",
     "MigrationState",
+    "Refusal",
+    "ReportKind",
+    "TaskReport",
+    "TaskState",
     "Timer",
     "TimerState",
     "Token",

@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from .models import (
     ContractMigration,
     Definition,
+    ExternalTask,
     Incident,
     Instance,
     Token,
@@ -81,6 +82,20 @@ def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
 def engine_incidents_of(instance: Instance) -> QuerySet[Incident]:
     """The engine's own incidents of an instance (why it blocked), newest first."""
     return instance.incidents.order_by("-created_at", "-pk")
+
+
+def external_tasks_of(instance: Instance) -> list[ExternalTask]:
+    """An instance's external tasks, oldest first, each with its ``history`` of reports
+    (refused ones too: the late results an operator reads)."""
+    tasks = list(instance.external_tasks.order_by("created_at", "pk"))
+    for task in tasks:
+        task.history = list(task.reports.order_by("received_at", "pk"))
+    return tasks
+
+
+def dead_task_of(token: Token) -> ExternalTask | None:
+    """The dead-lettered external task a failed step waits to have retried, or None."""
+    return ExternalTask.objects.filter(token_id=token.pk, state="dead").first()
 
 
 def contract_migrations_of(instance: Instance) -> QuerySet[ContractMigration]:

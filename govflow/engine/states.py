@@ -66,12 +66,14 @@ TOKEN_TRANSITIONS: dict[str, frozenset[str]] = {
     # only by an approved cancel decision on another step of the instance.
     T.EXECUTING: frozenset({T.READY, T.COMPLETED, T.FAILED, T.OUTCOME_UNKNOWN, T.CANCELLED}),
     # Released (timer fired, message delivered, approval given, external task done), a
-    # parallel join's earlier arrivals completed by the last one, or cancelled.
-    T.WAITING: frozenset({T.READY, T.COMPLETED, T.CANCELLED}),
+    # parallel join's earlier arrivals completed by the last one, cancelled, or failed
+    # when its external task was dead-lettered (failed for good, or out of retries).
+    T.WAITING: frozenset({T.READY, T.COMPLETED, T.CANCELLED, T.FAILED}),
     # Only an approved decision closes it: effect confirmed, effect absent, cancel (I3).
     T.OUTCOME_UNKNOWN: frozenset({T.COMPLETED, T.FAILED, T.CANCELLED}),
-    # A deliberate retry, after a failure or an effect recorded absent.
-    T.FAILED: frozenset({T.READY}),
+    # A deliberate retry, after a failure or an effect recorded absent; for a
+    # dead-lettered external task, waiting again for the new task the retry creates.
+    T.FAILED: frozenset({T.READY, T.WAITING}),
     T.COMPLETED: frozenset(),
     T.CANCELLED: frozenset(),
 }

@@ -84,8 +84,8 @@ def test_an_unknown_url_under_the_api_is_a_404_problem_for_any_method(key_client
             assert_problem(response, 404, "not-found")
     problem = assert_problem(key_client.get("/api/v1/instances"), 404, "not-found")
     assert "Did you mean /api/v1/instances/ ?" in problem["detail"]
-    # The reserved external-task paths of a later phase are not there yet.
-    assert_problem(key_client.post("/api/v1/tasks/fetch-and-lock/", {}), 404, "not-found")
+    # The external-task paths exist now (issue 11 part 4); below them, nothing else does.
+    assert_problem(key_client.post("/api/v1/tasks/no-such/", {}), 404, "not-found")
 
 
 def test_outside_the_api_django_pages_stay_as_they_were(client):

@@ -49,6 +49,11 @@ def test_the_schema_is_valid_openapi_3_1_and_documents_every_error(anon_client):
         "instances_start",
         "instances_cancel",
         "triggers_deliver",
+        "tasks_fetch_and_lock",
+        "tasks_extend_lock",
+        "tasks_complete",
+        "tasks_fail",
+        "tasks_bpmn_error",
     }
 
 

@@ -32,10 +32,12 @@ ALLOWED = {
     ("waiting", "ready"),
     ("waiting", "completed"),
     ("waiting", "cancelled"),
+    ("waiting", "failed"),
     ("outcome_unknown", "completed"),
     ("outcome_unknown", "failed"),
     ("outcome_unknown", "cancelled"),
     ("failed", "ready"),
+    ("failed", "waiting"),
 }
 STATES = [
     "ready",
@@ -96,7 +98,9 @@ def test_an_uncertain_step_is_closed_only_by_a_decision_never_retried_or_redispa
 
 def test_only_a_ready_step_is_dispatched_and_a_failed_one_only_retried():
     assert [s for s in STATES if token_may_move(s, "executing")] == ["ready"]
-    assert TOKEN_TRANSITIONS["failed"] == {"ready"}
+    # Retried: an action runs again (ready); a dead-lettered external task waits for the
+    # new task the operator's retry created (waiting). Nothing else leaves "failed".
+    assert TOKEN_TRANSITIONS["failed"] == {"ready", "waiting"}
 
 
 def test_every_state_is_reachable_from_ready_or_waiting():

@@ -24,7 +24,15 @@ from ..definitions import schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
 from ..liveness import worker_name
-from ..models import Definition, Instance, InstanceStatus, Token, TokenState
+from ..models import (
+    Definition,
+    ExternalTask,
+    Instance,
+    InstanceStatus,
+    TaskState,
+    Token,
+    TokenState,
+)
 from ..projection import instance_subject, projection_of
 from ..queue import enqueue_advance
 from ..states import TERMINAL_STATUSES
@@ -217,6 +225,11 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
                     continue  # its effect may have happened: the case stays open
                 run.update_token(token, token.state, state=TokenState.CANCELLED)
                 run.active.pop(token.pk)
+            # Its external tasks are no work for anybody now: no worker fetches them.
+            ExternalTask.objects.filter(
+                instance_id=instance_id,
+                state__in=[TaskState.OPEN, TaskState.LOCKED, TaskState.DEAD],
+            ).update(state=TaskState.CANCELLED, ended_at=clock())
             run.flush(Router(run), status=InstanceStatus.CANCELLED, reason=note[:4000])
     return Instance.objects.get(pk=instance_id)
 
@@ -235,6 +248,12 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
             )
         if token.state != TokenState.FAILED:
             raise EngineConflict(f"Only a failed step can be retried; this one is {token.state}.")
+        if run.spec.nodes[token.node_id]["type"] == "external_task":
+            # A bare retry would complete the wait without a result.
+            raise EngineConflict(
+                f"Step '{token.node_id}' waits for an external task: retry its dead-lettered "
+                "task instead (external_results.task_retry), which creates a new task."
+            )
         if run.instance.status in {InstanceStatus.CANCELLED, InstanceStatus.COMPLETED}:
             raise EngineConflict(
                 f"Instance {instance_id} is {run.instance.status}; its steps "

@@ -10,6 +10,7 @@ commit. It reads the database once, for a message that arrived before its step w
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,7 +30,7 @@ from ..models import (
     WaitKind,
 )
 from ..states import TOKEN_ACTIVE
-from ..variables import MissingVariable, evaluate, lookup
+from ..variables import MissingVariable, build_input, evaluate, lookup
 
 ACTIVE = TOKEN_ACTIVE
 
@@ -49,6 +50,8 @@ class Writes:
     timers: list[tuple[Token, Any]] = field(default_factory=list)
     completed_joins: list[int] = field(default_factory=list)
     deliveries: list[tuple[Token, TriggerDelivery]] = field(default_factory=list)
+    tasks: list[tuple[Token, dict[str, Any]]] = field(default_factory=list)
+    """External tasks to create: the waiting token, and the input its worker receives."""
 
 
 def due_expression(node: dict[str, Any]):
@@ -145,27 +148,7 @@ class Router:
             self.writes.timers.append((token, due_expression(node)))
             return
         if kind == "trigger":
-            try:
-                correlation = lookup(self.variables, node["correlation"])
-            except MissingVariable as exc:
-                raise RouteError(
-                    f"trigger '{node_id}': {exc}; it identifies the awaited message"
-                ) from None
-            wait_key = f"{node['message']}:{correlation}"
-            token = self.new_token(
-                node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key[:300]
-            )
-            buffered = (
-                TriggerDelivery.objects.filter(
-                    message=node["message"],
-                    correlation=str(correlation),
-                    state=DeliveryState.RECEIVED,
-                )
-                .order_by("received_at", "pk")
-                .first()
-            )
-            if buffered is not None:
-                self.writes.deliveries.append((token, buffered))
+            self.enter_trigger(node_id, node)
             return
         if kind == "approval":
             self.new_token(
@@ -174,6 +157,9 @@ class Router:
                 wait_kind=WaitKind.APPROVAL,
                 wait_key=node["permission"],
             )
+            return
+        if kind == "external_task":
+            self.enter_external_task(node_id, node)
             return
         if kind == "external":
             self.new_token(
@@ -184,6 +170,44 @@ class Router:
             )
             return
         raise RouteError(f"node '{node_id}' of type {kind!r} cannot be entered")
+
+    def enter_trigger(self, node_id: str, node: dict[str, Any]) -> None:
+        """A step waiting for a message; one that arrived first is taken at once."""
+        try:
+            correlation = lookup(self.variables, node["correlation"])
+        except MissingVariable as exc:
+            raise RouteError(
+                f"trigger '{node_id}': {exc}; it identifies the awaited message"
+            ) from None
+        wait_key = f"{node['message']}:{correlation}"
+        token = self.new_token(
+            node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key[:300]
+        )
+        buffered = (
+            TriggerDelivery.objects.filter(
+                message=node["message"],
+                correlation=str(correlation),
+                state=DeliveryState.RECEIVED,
+            )
+            .order_by("received_at", "pk")
+            .first()
+        )
+        if buffered is not None:
+            self.writes.deliveries.append((token, buffered))
+
+    def enter_external_task(self, node_id: str, node: dict[str, Any]) -> None:
+        """A waiting token and the task a worker fetches (written by ``write_routed``)."""
+        try:
+            if "input" in node:
+                task_input = build_input(node["input"], self.variables)
+            else:
+                task_input = copy.deepcopy(self.variables)
+        except MissingVariable as exc:
+            raise RouteError(f"external task '{node_id}': {exc}; its input needs it") from None
+        token = self.new_token(
+            node_id, TokenState.WAITING, wait_kind=WaitKind.EXTERNAL, wait_key=node["topic"]
+        )
+        self.writes.tasks.append((token, task_input))
 
     def arrive_at_join(self, node_id: str) -> None:
         arrived = [

@@ -13,6 +13,7 @@ from recovery.api import Fence, fenced_update, fenced_update_row, insert_row
 
 from ..db import clock
 from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenState
+from .external_queue import external_tasks_create
 from .routing import Router, derive_status
 from .triggers import delivery_take
 
@@ -53,6 +54,8 @@ def write_routed(run: Run, router: Router) -> None:
             Timer(instance_id=run.instance.pk, token_id=token.pk, due_at=due)
             for token, due in writes.timers
         )
+    if writes.tasks:
+        external_tasks_create(run, writes.tasks)
     for token, delivery in writes.deliveries:
         # A message that arrived before its step began to wait is taken at once.
         payload = delivery_take(delivery=delivery, token=token, fence=run.fence)

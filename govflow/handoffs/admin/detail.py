@@ -29,6 +29,7 @@ from govflow.engine.registry import ActionDefinition, registry
 from govflow.engine.selectors import (
     contract_migrations_of,
     engine_incidents_of,
+    external_tasks_of,
     instance_is_active,
     instance_steps,
     instance_subject,
@@ -285,6 +286,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "engine_incidents": _engine_incident_rows(request, instance, bound),
         "resolve_permission": RESOLVE,
         "open_cases": open_cases_of(instance) if not active else None,
+        "external_tasks": external_tasks_of(instance),
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
         "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),

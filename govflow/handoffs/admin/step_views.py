@@ -10,7 +10,14 @@ from django.http import Http404
 
 from govflow.engine.models import Instance, InstanceStatus, Token
 from govflow.engine.registry import registry
-from govflow.engine.selectors import engine_incidents_of, instance_subject, node_of, step_get
+from govflow.engine.selectors import (
+    dead_task_of,
+    engine_incidents_of,
+    instance_subject,
+    node_of,
+    step_get,
+)
+from govflow.engine.services.external_results import task_retry
 from govflow.engine.services.instances import instance_cancel, step_retry
 from recovery.api import DecisionKind, decision_get
 
@@ -116,6 +123,14 @@ class StepActions:
     def retry_view(self, request, instance_id: int, token_id: int):
         instance = self.get_instance(request, instance_id, OPERATE)
         token = self._token(instance, token_id)
+        dead = dead_task_of(token)
+        if dead is not None:  # an external task's step: a new task, for a worker to fetch
+            return self.act(
+                request,
+                instance,
+                call=lambda: task_retry(task_id=dead.pk, actor=request.user),
+                done=lambda fresh: f"Step '{token.node_id}' waits for a new task ({fresh.pk}).",
+            )
         return self.act(
             request,
             instance,

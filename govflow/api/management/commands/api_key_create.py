@@ -29,13 +29,17 @@ class Command(BaseCommand):
             action="append",
             dest="scopes",
             default=[],
-            help=f"Repeat for each scope: {', '.join(SCOPES)}, tasks:<topic>; or 'all'.",
+            help=f"Repeat for each scope: {', '.join(SCOPES)}, tasks:<topic>; or 'all' (every "
+            "scope but the task scopes, which are named besides it).",
         )
         parser.add_argument("--expires-in-days", type=float, default=None)
         parser.add_argument("--file", default=None)
 
     def handle(self, *args, name, tenant, scopes, expires_in_days, file, **options):
-        scopes = sorted(SCOPES) if scopes == ["all"] else sorted(set(scopes))
+        # 'all' is every fixed scope; task scopes (tasks:<topic>) are named besides it.
+        if "all" in scopes:
+            scopes = [*SCOPES, *(s for s in scopes if s != "all")]
+        scopes = sorted(set(scopes))
         problems = [p for p in map(scope_problem, scopes) if p]
         if problems:
             raise CommandError(" ".join(problems))

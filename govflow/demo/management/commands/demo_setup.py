@@ -42,7 +42,8 @@ class Command(BaseCommand):
     help = (
         "Create the demo logins 'operator', 'approver' and 'approver2' with the given password and "
         "publish the demo workflows (load_workflows). With --api-key-file, also an API key "
-        "for the demo tenant with every scope, written to that file (kept while usable). "
+        "for the demo tenant with every scope (and the demo's task topic), written to that "
+        "file (kept while usable). "
         "Development only."
     )
 
@@ -59,7 +60,7 @@ class Command(BaseCommand):
                 "api_key_create",
                 name=DEMO_KEY_NAME,
                 tenant=DEMO_TENANT,
-                scopes=["all"],
+                scopes=["all", "tasks:demo.address_check"],
                 file=api_key_file,
                 stdout=self.stdout,
                 stderr=self.stderr,
