@@ -148,25 +148,6 @@ def delivery_get(stored_id: str) -> TriggerDelivery | None:
     )
 
 
-def trigger_waits_elsewhere(message: str, correlation: str, tenant: str) -> bool:
-    """Whether the step the engine would hand this message to belongs to another tenant.
-
-    The engine matches a message to the oldest step waiting for its name and correlation
-    value, whatever the tenant (``services/triggers.py``); the API refuses to deliver
-    across tenants.
-    """
-    wait_key = f"{message}:{correlation}"[:300]
-    first = (
-        Token.objects.filter(
-            state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key
-        )
-        .order_by("created_at", "pk")
-        .values_list("instance__tenant", flat=True)
-        .first()
-    )
-    return first is not None and first != tenant
-
-
 def definition_check(document: Any) -> dict[str, Any]:
     """What publishing ``document`` would do, without publishing it (a read).
 

@@ -177,6 +177,10 @@ class TriggerDelivery(models.Model):
     """A message delivered with a correlation key; deduplicated by its delivery id."""
 
     delivery_id = models.CharField(max_length=200, unique=True)
+    # The tenant whose steps may take the message; empty: any tenant's (a delivery made
+    # by trusted code in this process, e.g. a module's own command). The REST API always
+    # names the key's tenant.
+    tenant = models.CharField(max_length=100, blank=True, default="")
     message = models.CharField(max_length=200)
     correlation = models.CharField(max_length=200)
     payload = models.JSONField(default=dict)

@@ -76,12 +76,15 @@ def test_delivery_ids_are_per_tenant(keys, waiting_definition):
 
 def test_a_message_is_never_handed_to_another_tenants_instance(keys, waiting_definition):
     theirs = drive(start_instance(waiting_definition, tenant="south", ref="R-shared"))
-    problem = assert_problem(
-        deliver(keys(tenant="north"), correlation="R-shared", delivery_id="d-x"), 409, "conflict"
-    )
-    assert "outside your tenant" in problem["detail"]
-    assert not TriggerDelivery.objects.exists()
+    answer = deliver(keys(tenant="north"), correlation="R-shared", delivery_id="d-x")
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["state"] == "received"  # kept for north, not handed to south
     assert Token.objects.get(instance=theirs, node_id="wait").state == "waiting"
+
+    ours = drive(start_instance(waiting_definition, tenant="north", ref="R-shared"))
+    assert Instance.objects.get(pk=ours.pk).status == InstanceStatus.COMPLETED
+    assert Token.objects.get(instance=theirs, node_id="wait").state == "waiting"
+    assert TriggerDelivery.objects.get().token.instance_id == ours.pk
 
 
 @pytest.mark.parametrize(

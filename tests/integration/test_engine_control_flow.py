@@ -12,6 +12,7 @@ from django.utils import timezone
 from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.models import (
     Incident,
+    Instance,
     InstanceStatus,
     Timer,
     TokenState,
@@ -20,7 +21,7 @@ from govflow.engine.models import (
 )
 from govflow.engine.provider import Pending
 from govflow.engine.services.runtime import instance_run
-from govflow.engine.services.sweep import SWEEPER
+from govflow.engine.services.sweep import SWEEPER, deliveries_retry
 from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver
 from govflow.handoffs.services.desk import approval_decide, external_complete
@@ -339,6 +340,69 @@ def test_a_message_that_arrives_first_waits_for_its_instance():
     other.refresh_from_db()
     assert (early.state, early.token) == ("consumed", token_of(instance, "w"))
     assert other.state == "received", "a message for another case stays buffered"
+
+
+def _waiting_in(tenant: str, case: str) -> Instance:
+    return drive(start(trigger_flow(), {"value": "v1", "case": {"id": case}}, tenant=tenant))
+
+
+def test_a_message_for_a_tenant_is_never_handed_to_another_tenants_step():
+    theirs = _waiting_in("south", "C-1")
+    delivery = trigger_deliver(
+        message="payment",
+        correlation="C-1",
+        delivery_id="north:bank-1",
+        payload={"amount": 5},
+        tenant="north",
+    )
+    assert (delivery.state, delivery.token) == ("received", None)
+    assert deliveries_retry() == 0, "the sweep does not hand it across either"
+    assert token_of(theirs, "w").state == TokenState.WAITING
+
+    ours = _waiting_in("north", "C-1")
+    assert ours.status == InstanceStatus.COMPLETED, ours.reason
+    assert ours.variables["paid"] == 5
+    delivery.refresh_from_db()
+    assert delivery.token == token_of(ours, "w")
+    assert drive(theirs).status == InstanceStatus.WAITING
+
+
+def test_a_tenants_message_wakes_its_own_step_when_another_tenant_waits_first():
+    theirs = _waiting_in("south", "C-2")
+    ours = _waiting_in("north", "C-2")
+    delivery = trigger_deliver(
+        message="payment",
+        correlation="C-2",
+        delivery_id="n-2",
+        payload={"amount": 7},
+        tenant="north",
+    )
+    assert delivery.token == token_of(ours, "w")
+    assert drive(ours).status == InstanceStatus.COMPLETED
+    assert token_of(theirs, "w").state == TokenState.WAITING
+
+
+def test_a_message_left_for_its_tenant_is_handed_over_by_the_sweep():
+    theirs = _waiting_in("south", "C-3")
+    ours = _waiting_in("north", "C-3")
+    TriggerDelivery.objects.create(
+        delivery_id="n-3",
+        tenant="north",
+        message="payment",
+        correlation="C-3",
+        payload={"amount": 9},
+        received_at=db_now(),
+    )  # as if its first hand-over had been interrupted
+    assert deliveries_retry() == 1
+    assert TriggerDelivery.objects.get(delivery_id="n-3").token == token_of(ours, "w")
+    assert token_of(theirs, "w").state == TokenState.WAITING
+
+
+def test_the_same_delivery_id_for_another_tenant_is_refused():
+    trigger_deliver(message="payment", correlation="C-1", delivery_id="d-1", tenant="north")
+    with pytest.raises(EngineConflict, match="already used for a different message"):
+        trigger_deliver(message="payment", correlation="C-1", delivery_id="d-1", tenant="south")
+    assert TriggerDelivery.objects.get().tenant == "north"
 
 
 @pytest.mark.parametrize("payload", [[1, 2], {"amount": float("nan")}])

@@ -16,7 +16,6 @@ from govflow.engine.services.triggers import trigger_deliver
 
 from .. import selectors, serializers
 from ..idempotency import idempotent
-from ..problems import ApiProblem
 from ..schema import IDEMPOTENCY_HEADER, LOCATION_HEADER, REPLAYED_HEADER, path_delivery_id
 from .base import ApiView
 from .presenters import delivery
@@ -40,8 +39,8 @@ class TriggerDeliveries(ApiView):
             "message name and correlation value; if none waits yet, it is kept (state "
             "'received') until one does. Delivering the same delivery id again is answered "
             "as the first delivery was, with its current state; the same id with another "
-            "message is a 409. A message the engine would hand to another tenant's step is "
-            "refused (409). Scope: triggers:deliver."
+            "message is a 409. A message is only ever handed to a step of the same tenant. "
+            "Scope: triggers:deliver."
         ),
         request=serializers.TriggerDeliveryRequest,
         parameters=[IDEMPOTENCY_HEADER, LOCATION_HEADER, REPLAYED_HEADER],
@@ -63,19 +62,12 @@ class TriggerDeliveries(ApiView):
                     ]
                 }
             )
-        # The engine matches messages across tenants: refuse to hand one over the border.
-        if selectors.trigger_waits_elsewhere(data["message"], data["correlation"], tenant):
-            raise ApiProblem(
-                "conflict",
-                "A step outside your tenant waits for this message name and correlation "
-                "value, and the engine would hand the message to it; it was not delivered. "
-                "Use correlation values that are unique to your tenant.",
-            )
         found = trigger_deliver(
             message=data["message"],
             correlation=data["correlation"],
             delivery_id=full_id,
             payload=data["payload"],
+            tenant=tenant,
         )
         found = selectors.delivery_get(found.delivery_id)
         url = self.url("trigger-delivery-detail", data["delivery_id"])

@@ -188,6 +188,7 @@ class Router:
                 message=node["message"],
                 correlation=str(correlation),
                 state=DeliveryState.RECEIVED,
+                tenant__in=("", self.instance.tenant),
             )
             .order_by("received_at", "pk")
             .first()

@@ -125,15 +125,17 @@ def deliveries_retry(limit: int = 200) -> int:
 
     Each hand-over owns its commit (``delivery_consume``, under the delivery's lease).
     """
-    waiting_keys = Token.objects.filter(state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER)
+    waiting = Token.objects.filter(
+        state=TokenState.WAITING,
+        wait_kind=WaitKind.TRIGGER,
+        wait_key=Concat(OuterRef("message"), Value(":"), OuterRef("correlation")),
+    )
+    # A delivery that names a tenant goes only to that tenant's steps.
     candidates = (
         TriggerDelivery.objects.filter(state=DeliveryState.RECEIVED)
         .filter(
-            Exists(
-                waiting_keys.filter(
-                    wait_key=Concat(OuterRef("message"), Value(":"), OuterRef("correlation"))
-                )
-            )
+            (Q(tenant="") & Exists(waiting))
+            | Exists(waiting.filter(instance__tenant=OuterRef("tenant")))
         )
         .values_list("pk", flat=True)[:limit]
     )

@@ -29,12 +29,21 @@ __all__ = ["delivery_consume", "delivery_take", "trigger_deliver"]
 
 
 def trigger_deliver(
-    *, message: str, correlation: str, delivery_id: str, payload: dict[str, Any] | None = None
+    *,
+    message: str,
+    correlation: str,
+    delivery_id: str,
+    payload: dict[str, Any] | None = None,
+    tenant: str = "",
 ) -> TriggerDelivery:
     """Record a message and hand it to the instance waiting for it (or keep it buffered).
 
+    ``tenant`` names whose steps may take the message; a message is never handed to
+    another tenant's step, now or when one begins to wait. Empty: any tenant's (for
+    trusted code in this process; the REST API always names one).
+
     Delivering the same ``delivery_id`` again is a no-op that returns the first delivery;
-    the same id with different content is refused. Owns its commits: the delivery is
+    the same id with different content (or tenant) is refused. Owns its commits: the delivery is
     recorded in one, and handed over in another (:func:`delivery_consume`).
     """
     payload = {} if payload is None else payload
@@ -47,10 +56,13 @@ def trigger_deliver(
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
     body = admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
+    if tenant:
+        admit_text(tenant, name="tenant", max_length=100)
     try:
         with transaction.atomic():
             delivery = TriggerDelivery.objects.create(
                 delivery_id=delivery_id,
+                tenant=tenant,
                 message=message,
                 correlation=correlation,
                 payload=payload,
@@ -58,11 +70,12 @@ def trigger_deliver(
             )
     except IntegrityError:
         delivery = TriggerDelivery.objects.get(delivery_id=delivery_id)
-        same = (delivery.message, delivery.correlation, canonical_bytes(delivery.payload)) == (
-            message,
-            correlation,
-            body,
-        )
+        same = (
+            delivery.tenant,
+            delivery.message,
+            delivery.correlation,
+            canonical_bytes(delivery.payload),
+        ) == (tenant, message, correlation, body)
         if not same:
             raise EngineConflict(
                 f"Delivery id {delivery_id!r} was already used for a different message. "
@@ -104,13 +117,12 @@ def _consume(delivery_id: int, fence) -> bool:
     if delivery.state != DeliveryState.RECEIVED:
         return False
     wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
-    token = (
-        Token.objects.filter(
-            state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key
-        )
-        .order_by("created_at", "pk")
-        .first()
+    waiting = Token.objects.filter(
+        state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key
     )
+    if delivery.tenant:
+        waiting = waiting.filter(instance__tenant=delivery.tenant)
+    token = waiting.order_by("created_at", "pk").first()
     if token is None:
         return False  # buffered until an instance waits for it
     with transaction.atomic():
