@@ -16,6 +16,7 @@ from typing import Any
 from recovery.api import (
     CanonicalError,
     ChainConflict,
+    ConflictError,
     IntegrityViolation,
     OperationState,
     OperationView,
@@ -32,6 +33,7 @@ from ..outputs import output_problems
 from ..registry import ActionDefinition, registry
 from ..results import Failed, Pending, Succeeded, Unknown
 from ..variables import apply_output
+from .answers import ladder_wait, late_answer_keep
 from .blocking import KEPT_NOTE, block, leave_or_block, stop_for_integrity
 from .dispatch import ChainedDispatchRefused, Next, dispatch_next
 from .routing import after_seconds
@@ -43,6 +45,7 @@ __all__ = [
     "complete_with_output",
     "output_refusal",
     "rehydrate",
+    "result_admitted",
     "settle",
     "settle_kept",
 ]
@@ -65,7 +68,18 @@ def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, res
     commit is made again. Anything else that refuses it (a stale fence) ends the run as
     before, and rehydration decides the step. Returns what the loop does next.
     """
-    result = _admitted(result, action)
+    result = result_admitted(result, action)
+    try:
+        return _settle_attempts(run, token, node, action, key, result)
+    except ConflictError as exc:
+        if not isinstance(exc, ChainConflict):
+            # Too late to move the step (its fence lapsed, or it is outcome_unknown or
+            # decided by now): the answer is evidence all the same, kept on its operation.
+            late_answer_keep(key, token, result, type(exc).__name__)
+        raise
+
+
+def _settle_attempts(run: Run, token: Token, node, action, key: str, result) -> Next:
     for attempt in range(1, SETTLE_ATTEMPTS + 1):
         try:
             return _settle_commit(run, token, node, action, key, result)
@@ -115,7 +129,7 @@ def output_refusal(action: ActionDefinition, output: Any) -> str:
     return ""
 
 
-def _admitted(result, action: ActionDefinition):
+def result_admitted(result, action: ActionDefinition):
     """The provider's answer, or an unknown outcome when it cannot be kept as it is."""
     if isinstance(result, Succeeded):
         # The effect did happen, so an output that cannot be kept is an unknown outcome,
@@ -161,22 +175,28 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
                 if isinstance(result, Unknown)
                 else (f"the provider returned {type(result).__name__}, not a result")
             )
-            _unknown(run, token, key, reason)
+            _unknown(run, token, key, reason, action)
     return next_step
 
 
-def succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=None) -> None:
+def succeed(
+    run, token, node, key, result: Succeeded, *, expected: str, extra=None, by: str = ""
+) -> None:
     """A step succeeded (needs the caller's commit): the projection's writes first, then
     the observation that carries their fingerprint (one commit either way: the order only
-    saves a checkpoint)."""
+    saves a checkpoint). With ``by`` (``"provider"``: its reconcile settled an uncertain
+    step) the operation becomes ``effect_confirmed`` on that authority."""
     output = dict(result.output)
-    complete_with_output(run, token, node, output, expected=expected, extra=extra)
+    extra = dict(extra or {})
+    reason = extra.pop("reason", "")
+    complete_with_output(run, token, node, output, expected=expected, reason=reason, extra=extra)
     operation_observe(
         key=key,
-        state=OperationState.SUCCEEDED,
+        state=OperationState.EFFECT_CONFIRMED if by else OperationState.SUCCEEDED,
         fence=run.fence,
         result=output,
         projection_fp=run.carry_projection(),
+        by=by,
     )
 
 
@@ -215,14 +235,21 @@ def _poll_later(run: Run, token: Token, key: str, result: Pending) -> None:
     )
 
 
-def _unknown(run: Run, token: Token, key: str, reason: str) -> None:
-    """No conclusive answer after dispatch: outcome unknown (needs the caller's commit)."""
+def _unknown(run: Run, token: Token, key: str, reason: str, action) -> None:
+    """No conclusive answer after dispatch: outcome unknown (needs the caller's commit).
+
+    An action whose provider can be asked (reconcile, automatic checks) is asked first:
+    the step waits for the ladder (``services.reconcile``) as well as for an operator."""
     message = (
         f"Outcome unknown: {reason}. The effect may or may not have happened; an "
         "operator must record effect confirmed or effect absent with evidence."
     )
     run.update_token(
-        token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message[:2000]
+        token,
+        TokenState.EXECUTING,
+        state=TokenState.OUTCOME_UNKNOWN,
+        reason=message[:2000],
+        **ladder_wait(action),
     )
     run.flush(status=InstanceStatus.BLOCKED, reason=message[:2000])
     operation_observe(
@@ -371,7 +398,14 @@ def _unknown_after_restart(run: Run, token: Token, key: str) -> None:
         "recording its outcome. The effect may or may not have happened: "
         "an operator must record effect confirmed or effect absent."
     )
-    run.update_token(token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message)
+    action = registry.get(run.spec.nodes[token.node_id].get("action", ""))
+    run.update_token(
+        token,
+        TokenState.EXECUTING,
+        state=TokenState.OUTCOME_UNKNOWN,
+        reason=message,
+        **ladder_wait(action),
+    )
     run.flush(status=InstanceStatus.BLOCKED, reason=message)
     operation_observe(
         key=key,
