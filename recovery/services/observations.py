@@ -65,21 +65,18 @@ def observation_record(
     is recorded). ``applied`` marks a reconcile the host settles the step with. Raises
     :class:`ChainConflict` inside a caller's transaction when another writer appended
     first; on its own it tries again. A contradictory late answer opens an integrity
-    incident after its commit (outermost calls only).
+    incident in the same commit: the evidence and the incident it raises stand together.
     """
     fields = _admitted(kind, source, outcome, values, reason)
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
     outermost = not connection.in_atomic_block
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         try:
-            observation, contradiction = _record(key, fields, input_fp, asked_by, applied)
-            break
+            return _record(key, fields, input_fp, asked_by, applied)
         except ChainConflict:
             if not outermost or attempt == APPEND_ATTEMPTS:
                 raise
-    if contradiction and outermost:
-        _contradiction_report(observation, contradiction)
-    return observation
+    raise AssertionError("unreachable")
 
 
 def _admitted(kind, source, outcome, values, reason) -> dict[str, Any]:
@@ -117,7 +114,7 @@ def _admitted(kind, source, outcome, values, reason) -> dict[str, Any]:
     }
 
 
-def _record(key, fields, input_fp, asked_by, applied) -> tuple[Observation, str]:
+def _record(key, fields, input_fp, asked_by, applied) -> Observation:
     with atomic():
         operation = Operation.objects.filter(key=key).first()
         if operation is None:
@@ -149,12 +146,11 @@ def _record(key, fields, input_fp, asked_by, applied) -> tuple[Observation, str]
                 "ledger_state": operation.state,
             }
             chain.append(cursor, subject, head, "operation.observation", fact)
-    contradiction = ""
-    if fields["kind"] == ObservationKind.LATE and operation.state in _CONTRADICTS.get(
-        fields["outcome"], ()
-    ):
-        contradiction = operation.state
-    return observation, contradiction
+        if fields["kind"] == ObservationKind.LATE and operation.state in _CONTRADICTS.get(
+            fields["outcome"], ()
+        ):
+            _contradiction_report(observation, operation.state)
+    return observation
 
 
 def _contradiction_report(observation: Observation, state: str) -> None:
