@@ -1,0 +1,164 @@
+"""kill -9 after the demo registry registered an application, before the step settled:
+after the restart the provider's reconcile finds it, so nobody has to guess (issue 9).
+
+The first cluster's worker parks right after ``demo.register_application`` wrote to the
+demo registry (a separate SQLite file, like any external system) and is SIGKILLed there,
+with its sweep's re-enqueueing switched off. The restarted cluster rehydrates the step
+to ``outcome_unknown`` and, before any operator, asks the provider's ``reconcile``: with
+the demo's default policy the finding (the application number) is kept as the provider's
+evidence and pre-fills the operator's decision, which a second person approves. The
+application exists exactly once throughout.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from govflow.engine.models import InstanceStatus, TokenState
+from govflow.engine.services.definitions import definition_publish
+from govflow.engine.services.instances import instance_start
+from govflow.handoffs.admin.detail import finding_initial
+from govflow.handoffs.services.desk import handoff_approve, handoff_request
+from recovery.api import OperationState, chain_verify, provider_findings
+from recovery.models import Decision
+
+from .support import (
+    assert_completed_cleanly,
+    dump,
+    failed_tasks,
+    operations_of,
+    status,
+    subject_of,
+    token,
+    wait_for,
+    wait_status,
+    wait_until_sweeping,
+)
+from .test_kill_restart import PARKED, retrying_conflicts, user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REGISTER = {
+    "id": "register",
+    "type": "action",
+    "action": "demo.register_application",
+    "input": {
+        "applicant_name": "applicant.name",
+        "applicant_email": "applicant.email",
+        "parcel_id": "parcel.id",
+        "address": "parcel.address",
+        "project": "project.description",
+        "floor_area_m2": "project.floor_area_m2",
+    },
+    "output": {"application.id": "application_id"},
+}
+VARIABLES = {
+    "applicant": {"name": "Ada Meyer", "email": "ada@example.org"},
+    "parcel": {"id": "P-17", "address": "Lindenweg 3"},
+    "project": {"description": "A garden shed", "floor_area_m2": 12},
+}
+
+
+def applications(path: Path) -> list[tuple[str, str]]:
+    """``(idempotency key, application number)`` of every application in the registry."""
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as conn:
+        try:
+            return conn.execute(
+                "SELECT idempotency_key, application_id FROM applications"
+            ).fetchall()
+        except sqlite3.OperationalError:  # not created yet
+            return []
+
+
+def found(instance_id: int):
+    """The provider's conclusive finding on step register, once the ladder asked."""
+    step = token(instance_id, "register")
+    if step.state != TokenState.OUTCOME_UNKNOWN:
+        return None
+    findings = [f for f in provider_findings(step.operation_key) if f.kind == "reconcile"]
+    return findings[0] if findings and findings[0].outcome == "succeeded" else None
+
+
+def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_application(
+    workspace, settings, django_user_model
+):
+    ws = workspace
+    registry_file = ws.tmp_path / "var" / "demo-registry.sqlite3"
+    settings.GOVFLOW_DEMO_STORE = str(registry_file)  # the file the clusters write
+    ws.pause("demo_registered")
+    first = ws.start_cluster(**PARKED)
+    definition = definition_publish(
+        document={
+            "key": "proc.reconcile",
+            "version": 1,
+            "title": "Register, killed after the registry wrote",
+            "nodes": [
+                {"id": "start", "type": "start"},
+                REGISTER,
+                {"id": "end", "type": "end"},
+            ],
+            "transitions": [{"from": "start", "to": "register"}, {"from": "register", "to": "end"}],
+        }
+    )
+    instance = instance_start(definition=definition, variables=VARIABLES)
+    ws.watch(instance.pk)
+
+    wait_for(
+        lambda: ws.reached("demo_registered") and len(applications(registry_file)) == 1,
+        timeout=60,
+        what="the worker parked after the registry registered the application",
+        explain=ws.report,
+    )
+    first.kill()
+    ws.unpause("demo_registered")
+    (registered,) = applications(registry_file)
+    step = token(instance.pk, "register")
+    assert step.state == TokenState.EXECUTING, dump(instance.pk)
+    assert operations_of(instance.pk).get().state == OperationState.DISPATCHED, dump(instance.pk)
+    assert registered[0] == step.idempotency_key
+
+    second = ws.start_cluster()
+    wait_until_sweeping(second)
+    finding = wait_for(
+        lambda: found(instance.pk),
+        timeout=60,
+        what="the restarted cluster to ask the provider's reconcile",
+        explain=ws.report,
+    )
+    # The provider's word, kept as its evidence: the application number it registered.
+    assert finding.values["application_id"] == registered[1], dump(instance.pk)
+    assert finding.asked_by is None and not finding.applied
+    assert operations_of(instance.pk).get().state == OperationState.OUTCOME_UNKNOWN
+    assert status(instance.pk) == InstanceStatus.BLOCKED
+    assert not Decision.objects.exists(), "nobody guessed"
+    assert applications(registry_file) == [registered], "registered exactly once"
+    assert chain_verify(subject_of(instance.pk)).ok
+
+    # The operator's decision is pre-filled from the finding; a second person approves.
+    prefill = finding_initial(provider_findings(step.operation_key))
+    assert prefill["kind"] == "effect_confirmed" and registered[1] in prefill["rationale"]
+    requester = user(
+        django_user_model, "requester", "recovery.request_decision", "engine.operate_instance"
+    )
+    approver = user(
+        django_user_model, "approver", "recovery.approve_decision", "engine.operate_instance"
+    )
+    decision = handoff_request(
+        instance_id=instance.pk,
+        token_id=step.pk,
+        actor=requester,
+        checks={"registry-search": registered[1], "no-duplicate": "one application"},
+        evidence=[SimpleUploadedFile("registry.txt", b"found", content_type="text/plain")],
+        **prefill,
+    )
+    retrying_conflicts(lambda: handoff_approve(decision_id=decision.pk, actor=approver))
+    wait_status(ws, instance.pk, InstanceStatus.COMPLETED)
+    assert_completed_cleanly(instance.pk)
+    assert applications(registry_file) == [registered], "the effect happened exactly once"
+    assert failed_tasks() == []
