@@ -85,12 +85,9 @@ def found(instance_id: int):
     return findings[0] if findings and findings[0].outcome == "succeeded" else None
 
 
-def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_application(
-    workspace, settings, django_user_model
-):
-    ws = workspace
-    registry_file = ws.tmp_path / "var" / "demo-registry.sqlite3"
-    settings.GOVFLOW_DEMO_STORE = str(registry_file)  # the file the clusters write
+def killed_after_the_registry(ws, registry_file: Path) -> tuple[int, tuple[str, str]]:
+    """Start an instance of register → end, park its worker right after the registry's
+    write and SIGKILL the cluster there. Returns the instance id and the application."""
     ws.pause("demo_registered")
     first = ws.start_cluster(**PARKED)
     definition = definition_publish(
@@ -98,17 +95,12 @@ def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_appli
             "key": "proc.reconcile",
             "version": 1,
             "title": "Register, killed after the registry wrote",
-            "nodes": [
-                {"id": "start", "type": "start"},
-                REGISTER,
-                {"id": "end", "type": "end"},
-            ],
+            "nodes": [{"id": "start", "type": "start"}, REGISTER, {"id": "end", "type": "end"}],
             "transitions": [{"from": "start", "to": "register"}, {"from": "register", "to": "end"}],
         }
     )
     instance = instance_start(definition=definition, variables=VARIABLES)
     ws.watch(instance.pk)
-
     wait_for(
         lambda: ws.reached("demo_registered") and len(applications(registry_file)) == 1,
         timeout=60,
@@ -122,27 +114,13 @@ def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_appli
     assert step.state == TokenState.EXECUTING, dump(instance.pk)
     assert operations_of(instance.pk).get().state == OperationState.DISPATCHED, dump(instance.pk)
     assert registered[0] == step.idempotency_key
+    return instance.pk, registered
 
-    second = ws.start_cluster()
-    wait_until_sweeping(second)
-    finding = wait_for(
-        lambda: found(instance.pk),
-        timeout=60,
-        what="the restarted cluster to ask the provider's reconcile",
-        explain=ws.report,
-    )
-    # The provider's word, kept as its evidence: the application number it registered.
-    assert finding.values["application_id"] == registered[1], dump(instance.pk)
-    assert finding.asked_by is None and not finding.applied
-    assert operations_of(instance.pk).get().state == OperationState.OUTCOME_UNKNOWN
-    assert status(instance.pk) == InstanceStatus.BLOCKED
-    assert not Decision.objects.exists(), "nobody guessed"
-    assert applications(registry_file) == [registered], "registered exactly once"
-    assert chain_verify(subject_of(instance.pk)).ok
 
-    # The operator's decision is pre-filled from the finding; a second person approves.
+def decided_from_the_finding(instance_id: int, django_user_model) -> None:
+    """An operator requests the decision pre-filled from the finding; a second approves."""
+    step = token(instance_id, "register")
     prefill = finding_initial(provider_findings(step.operation_key))
-    assert prefill["kind"] == "effect_confirmed" and registered[1] in prefill["rationale"]
     requester = user(
         django_user_model, "requester", "recovery.request_decision", "engine.operate_instance"
     )
@@ -150,15 +128,45 @@ def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_appli
         django_user_model, "approver", "recovery.approve_decision", "engine.operate_instance"
     )
     decision = handoff_request(
-        instance_id=instance.pk,
+        instance_id=instance_id,
         token_id=step.pk,
         actor=requester,
-        checks={"registry-search": registered[1], "no-duplicate": "one application"},
+        checks={"registry-search": "found", "no-duplicate": "one application"},
         evidence=[SimpleUploadedFile("registry.txt", b"found", content_type="text/plain")],
         **prefill,
     )
     retrying_conflicts(lambda: handoff_approve(decision_id=decision.pk, actor=approver))
-    wait_status(ws, instance.pk, InstanceStatus.COMPLETED)
-    assert_completed_cleanly(instance.pk)
+
+
+def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_application(
+    workspace, settings, django_user_model
+):
+    ws = workspace
+    registry_file = ws.tmp_path / "var" / "demo-registry.sqlite3"
+    settings.GOVFLOW_DEMO_STORE = str(registry_file)  # the file the clusters write
+    instance_id, registered = killed_after_the_registry(ws, registry_file)
+
+    second = ws.start_cluster()
+    wait_until_sweeping(second)
+    finding = wait_for(
+        lambda: found(instance_id),
+        timeout=60,
+        what="the restarted cluster to ask the provider's reconcile",
+        explain=ws.report,
+    )
+    # The provider's word, kept as its evidence: the application number it registered.
+    assert finding.values["application_id"] == registered[1], dump(instance_id)
+    assert finding.asked_by is None and not finding.applied
+    assert operations_of(instance_id).get().state == OperationState.OUTCOME_UNKNOWN
+    assert status(instance_id) == InstanceStatus.BLOCKED
+    assert not Decision.objects.exists(), "nobody guessed"
+    assert applications(registry_file) == [registered], "registered exactly once"
+    assert chain_verify(subject_of(instance_id)).ok
+    prefill = finding_initial(provider_findings(token(instance_id, "register").operation_key))
+    assert prefill["kind"] == "effect_confirmed" and registered[1] in prefill["rationale"]
+
+    decided_from_the_finding(instance_id, django_user_model)
+    wait_status(ws, instance_id, InstanceStatus.COMPLETED)
+    assert_completed_cleanly(instance_id)
     assert applications(registry_file) == [registered], "the effect happened exactly once"
     assert failed_tasks() == []

@@ -47,6 +47,7 @@ from recovery.api import (
 from ..db import clock
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..models import InstanceStatus, Token, TokenState, WaitKind
+from ..queue import enqueue_advance
 from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Succeeded, Unknown
 from ..variables import MissingVariable, build_input
@@ -133,7 +134,10 @@ def step_reconcile_now(*, instance_id: int, token_id: int, actor) -> Asked:
         token = run.active.get(token_id)
         if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
             raise EngineConflict("Only a step whose outcome is unknown can be reconciled.")
-        return _ask(run, token, asked_by=actor)
+        asked = _ask(run, token, asked_by=actor)
+    if asked.settled:
+        enqueue_advance(instance_id)  # the step moved: a worker takes the instance on
+    return asked
 
 
 def _ask(run: Run, token: Token, *, asked_by) -> Asked:
