@@ -138,7 +138,7 @@ def _record(key, fields, input_fp, asked_by, applied) -> Observation:
                 "kind": fields["kind"],
                 "source": fields["source"],
                 "outcome": fields["outcome"],
-                "values_fp": fields["values_fp"],
+                "answer_fp": fields["values_fp"],
                 "input_fp": observation.input_fp,
                 "by": "provider",
                 "asked_by": getattr(asked_by, "pk", None),
