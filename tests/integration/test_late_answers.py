@@ -151,6 +151,7 @@ def test_the_handoff_page_shows_findings_late_answers_and_asks_the_provider_now(
     assert "Ask the provider now" in html
     # The request form is pre-filled from the provider's conclusive finding.
     assert re.search(r'value="effect_confirmed"[^>]*checked', html)
+    assert "Pre-filled from the provider's finding above" in html.replace("&#x27;", "'")
     assert "returned stored=v1" in html
     target = reverse("admin:engine_instance_reconcile", args=[instance.pk, token.pk])
     assert client.get(target).status_code == 405

@@ -9,6 +9,8 @@ import json
 
 import pytest
 from django.db.models.functions import Now
+from django.test import Client
+from django.urls import reverse
 
 from govflow.engine.models import Instance, InstanceStatus, TokenState, WaitKind
 from govflow.engine.provider import Failed, VerificationCheck
@@ -180,7 +182,7 @@ def test_a_changed_input_fails_closed_and_asks_nothing(monkeypatch, django_user_
     assert not Observation.objects.exists() and chain_ok(instance)
 
 
-def test_automatic_checks_are_asked_too_and_their_findings_kept():
+def test_automatic_checks_are_asked_too_and_their_findings_kept_and_shown(django_user_model):
     check = VerificationCheck(
         "store",
         "Look the idempotency key up in the alpha store.",
@@ -200,6 +202,13 @@ def test_automatic_checks_are_asked_too_and_their_findings_kept():
     assert token.state == TokenState.OUTCOME_UNKNOWN and token.wait_kind == ""
     assert "automatic checks' findings are shown" in instance.reason
     assert [f["source"] for f in observed_facts(instance, "operation.observation")] == ["store"]
+    client = Client()
+    client.force_login(user_with(django_user_model, "vera", "engine.view_instance"))
+    with registry.override(write):
+        page = client.get(reverse("admin:engine_instance_change", args=[instance.pk]))
+    html = page.content.decode()
+    assert "check store" in html and "in the store" in html
+    assert "Ask the provider now" not in html, "only operators may ask"
 
 
 def test_an_operator_asks_the_provider_now_without_using_up_the_budget(django_user_model):

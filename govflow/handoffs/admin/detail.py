@@ -91,6 +91,7 @@ class StepRow:
     missing: str = ""  # the permissions this user lacks to act here, said on the page
     findings: list = field(default_factory=list)  # what the provider's reconcile/checks said
     may_ask: bool = False  # "Ask the provider now"
+    prefilled: bool = False  # the request form starts from the provider's finding
 
 
 @dataclass
@@ -185,12 +186,14 @@ def _uncertain_row(row: StepRow, instance: Instance, node, user, open_by_key, bo
     row.findings = provider_findings(token.operation_key)
     row.may_ask = bool(action and action.asks_provider and user.has_perm(OPERATE))
     if row.open_decision is None and user.has_perms((OPERATE, REQUEST)):
+        initial = finding_initial(row.findings)
+        row.prefilled = bool(initial)
         row.handoff_form = bound.get(("handoff", token.pk)) or handoff_form(
             instance,
             token,
             node,
             action,
-            initial=finding_initial(row.findings),
+            initial=initial,
             initial_result=finding_result(row.findings),
         )
     elif row.open_decision is None:
