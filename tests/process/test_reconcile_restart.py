@@ -25,6 +25,8 @@ from govflow.handoffs.admin.detail import finding_initial
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from recovery.api import OperationState, chain_verify, provider_findings
 from recovery.models import Decision
+from tests.flows import action, linear
+from tests.providers.alpha import effects
 
 from .support import (
     assert_completed_cleanly,
@@ -169,4 +171,46 @@ def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_appli
     wait_status(ws, instance_id, InstanceStatus.COMPLETED)
     assert_completed_cleanly(instance_id)
     assert applications(registry_file) == [registered], "the effect happened exactly once"
+    assert failed_tasks() == []
+
+
+def test_after_a_kill_past_the_effect_a_reconcile_that_settles_completes_the_step(workspace):
+    """The same crash for an action whose provider's word settles: no operator at all."""
+    ws = workspace
+    ws.pause("after_effect")
+    first = ws.start_cluster(**PARKED)
+    document = linear(action("a", name="alpha.write_settled"), action("b"), key="proc.settles")
+    instance = instance_start(
+        definition=definition_publish(document=document), variables={"value": "v1"}
+    )
+    ws.watch(instance.pk)
+    wait_for(
+        lambda: ws.reached("after_effect") and len(effects.effects()) == 1,
+        timeout=60,
+        what="the worker parked after step a's effect",
+        explain=ws.report,
+    )
+    first.kill()
+    ws.unpause("after_effect")
+    assert operations_of(instance.pk).get().state == OperationState.DISPATCHED, dump(instance.pk)
+
+    second = ws.start_cluster()
+    wait_until_sweeping(second)
+    # Blocked for a moment (outcome unknown after the restart) until the provider answers:
+    # wait for the end, not for the first status that is not running.
+    wait_for(
+        lambda: status(instance.pk) == InstanceStatus.COMPLETED,
+        timeout=60,
+        what="the provider's reconcile to settle step a and the instance to complete",
+        explain=ws.report,
+    )
+    assert_completed_cleanly(instance.pk)
+    states = list(operations_of(instance.pk).values_list("step_id", "state"))
+    assert states == [("a", OperationState.EFFECT_CONFIRMED), ("b", OperationState.SUCCEEDED)]
+    (finding,) = provider_findings(token(instance.pk, "a").operation_key)
+    assert finding.applied and finding.outcome == "succeeded"
+    assert not Decision.objects.exists(), "nobody had to decide"
+    # Step a's effect happened once (the provider was never called again), b's once.
+    assert sorted(calls for _, _, calls in effects.effects()) == [1, 1]
+    assert effects.call_count() == 2
     assert failed_tasks() == []
