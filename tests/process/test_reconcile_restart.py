@@ -7,7 +7,9 @@ with its sweep's re-enqueueing switched off. The restarted cluster rehydrates th
 to ``outcome_unknown`` and, before any operator, asks the provider's ``reconcile``: with
 the demo's default policy the finding (the application number) is kept as the provider's
 evidence and pre-fills the operator's decision, which a second person approves. The
-application exists exactly once throughout.
+application exists exactly once throughout. A second test makes the same crash for an
+action whose provider's word settles (``alpha.write_settled``): the restarted cluster
+completes the instance with no operator at all.
 """
 
 from __future__ import annotations
