@@ -16,6 +16,7 @@ from govflow.engine.models import Instance, InstanceStatus, TokenState, WaitKind
 from govflow.engine.provider import Failed, VerificationCheck
 from govflow.engine.registry import RegistryError, registry, validate_action
 from govflow.engine.services import reconcile
+from govflow.engine.services.instances import instance_cancel
 from govflow.engine.services.reconcile import step_reconcile_now
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import _requeue_candidates
@@ -272,3 +273,23 @@ def test_a_reconcile_that_raises_is_an_unknown_answer():
         <= dt.timedelta(seconds=61)
     )
     assert instance_run(instance_id=instance.pk).status == InstanceStatus.BLOCKED
+
+
+def test_asking_about_a_cancelled_instance_keeps_the_answer_and_moves_nothing(
+    django_user_model,
+):
+    write, _ = asking(reconcile_budget=1)
+    instance = uncertain(write, "raise_before")  # the provider could not say: still open
+    operator = user_with(django_user_model, "olga", "engine.operate_instance")
+    instance_cancel(instance_id=instance.pk, actor=operator, reason="The applicant withdrew.")
+    token = token_of(instance, "a")
+    settled = alpha_write(reconcile=write.reconcile, reconcile_settles=True)
+    with registry.override(settled):
+        effects.apply_effect(token.idempotency_key, "alpha.write", {"value": "v1"})
+        asked = step_reconcile_now(instance_id=instance.pk, token_id=token.pk, actor=operator)
+    assert (asked.outcome, asked.settled) == ("succeeded", False)
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.CANCELLED, "a cancelled instance goes nowhere"
+    assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
+    assert op_states(instance) == ["outcome_unknown"], "its case stays with a person"
+    assert api.provider_findings(token.operation_key)[0].outcome == "succeeded"

@@ -170,7 +170,8 @@ def _ask(run: Run, token: Token, *, asked_by) -> Asked:
                 asked_by=asked_by,
             )
         if result is None:
-            _next_rung(run, token, action, asked_by, conclusive=False)
+            if run.instance.status != InstanceStatus.CANCELLED:
+                _next_rung(run, token, action, asked_by, conclusive=False)
             return Asked("", len(findings), False)
         return _settle_or_keep(
             run, token, node, action, operation.key, result, input_value, asked_by
@@ -222,7 +223,10 @@ def _settle_or_keep(run, token, node, action, key, result, input_value, asked_by
     """Keep the reconcile's answer and apply the action's policy (needs the commit)."""
     outcome, values, reason = answer_values(result)
     conclusive = isinstance(result, (Succeeded, Failed))
-    settles = conclusive and action.reconcile_settles
+    # A cancelled instance goes nowhere: there the answer is evidence for the person who
+    # records what happened (its case stays open), whatever the action's policy.
+    cancelled = run.instance.status == InstanceStatus.CANCELLED
+    settles = conclusive and action.reconcile_settles and not cancelled
     observation = observation_record(
         key=key,
         kind=ObservationKind.RECONCILE,
@@ -241,7 +245,7 @@ def _settle_or_keep(run, token, node, action, key, result, input_value, asked_by
         succeed(run, token, node, key, result, expected=expected, extra=extra, by="provider")
     elif settles:
         _absent_by_provider(run, token, key, result, observation.pk)
-    else:
+    elif not cancelled:
         _next_rung(run, token, action, asked_by, conclusive=conclusive, found=observation)
     return Asked(outcome, 0, settles)
 

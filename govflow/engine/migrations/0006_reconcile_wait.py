@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('engine', '0004_state_choices'),
+        ('engine', '0005_incident_resolution'),
     ]
 
     operations = [
