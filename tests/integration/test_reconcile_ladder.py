@@ -17,11 +17,10 @@ from govflow.engine.provider import Failed, VerificationCheck
 from govflow.engine.registry import RegistryError, registry, validate_action
 from govflow.engine.services import reconcile
 from govflow.engine.services.instances import instance_cancel
-from govflow.engine.services.reconcile import step_reconcile_now
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import _requeue_candidates
 from govflow.handoffs.admin.detail import finding_initial
-from govflow.handoffs.services.desk import handoff_approve, handoff_request
+from govflow.handoffs.services.desk import handoff_approve, handoff_ask_provider, handoff_request
 from recovery import api
 from recovery.models import Checkpoint, Decision, Observation
 from tests.dbclock import db_now
@@ -169,7 +168,7 @@ def test_a_changed_input_fails_closed_and_asks_nothing(monkeypatch, django_user_
         assert op_states(instance) == ["outcome_unknown"]
         operator = user_with(django_user_model, "olga", "engine.operate_instance")
         with pytest.raises(api.InputFingerprintMismatch):
-            step_reconcile_now(instance_id=instance.pk, token_id=token.pk, actor=operator)
+            handoff_ask_provider(instance_id=instance.pk, token_id=token.pk, actor=operator)
     assert calls == [] and not Observation.objects.exists()
     # Below the engine too: an answer for another input is refused, nothing recorded.
     with pytest.raises(api.InputFingerprintMismatch):
@@ -221,10 +220,10 @@ def test_an_operator_asks_the_provider_now_without_using_up_the_budget(django_us
     viewer = user_with(django_user_model, "vera", "engine.view_instance")
     with registry.override(write):
         with pytest.raises(api.RecoveryValidationError):
-            step_reconcile_now(instance_id=instance.pk, token_id=token.pk, actor=viewer)
+            handoff_ask_provider(instance_id=instance.pk, token_id=token.pk, actor=viewer)
         # Meanwhile the effect turned up at the provider (it was only slow).
         effects.apply_effect(token.idempotency_key, "alpha.write", {"value": "value"})
-        asked = step_reconcile_now(instance_id=instance.pk, token_id=token.pk, actor=operator)
+        asked = handoff_ask_provider(instance_id=instance.pk, token_id=token.pk, actor=operator)
     assert (asked.outcome, asked.settled) == ("succeeded", False)
     newest = api.provider_findings(token.operation_key)[0]
     assert (newest.outcome, newest.asked_by) == ("succeeded", operator)
@@ -286,7 +285,7 @@ def test_asking_about_a_cancelled_instance_keeps_the_answer_and_moves_nothing(
     settled = alpha_write(reconcile=write.reconcile, reconcile_settles=True)
     with registry.override(settled):
         effects.apply_effect(token.idempotency_key, "alpha.write", {"value": "v1"})
-        asked = step_reconcile_now(instance_id=instance.pk, token_id=token.pk, actor=operator)
+        asked = handoff_ask_provider(instance_id=instance.pk, token_id=token.pk, actor=operator)
     assert (asked.outcome, asked.settled) == ("succeeded", False)
     instance.refresh_from_db()
     assert instance.status == InstanceStatus.CANCELLED, "a cancelled instance goes nowhere"

@@ -22,8 +22,9 @@ One rung, under the instance lease:
    - no conclusive answer: asked again after ``reconcile_backoff`` * 2^n seconds, up to
      ``reconcile_budget`` asks; then the case is the operator's alone.
 
-An operator can ask again at any time (:func:`step_reconcile_now`); their asks are kept
-the same way and do not use up the budget.
+An operator can ask again at any time (``handoffs.services.desk.handoff_ask_provider``,
+through :func:`provider_ask` under the instance's lease); their asks are kept the same way
+and do not use up the budget.
 """
 
 from __future__ import annotations
@@ -45,20 +46,18 @@ from recovery.api import (
 )
 
 from ..db import clock
-from ..errors import EngineConflict, InvalidRequest, NotPermitted
+from ..errors import EngineConflict, InvalidRequest
 from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..queue import enqueue_advance
 from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Succeeded, Unknown
 from ..variables import MissingVariable, build_input
 from .answers import answer_values
 from .dispatch import context_for
-from .instances import InstanceHeld
 from .routing import after_seconds
 from .run import Run
 from .settle import MAX_DELAY, result_admitted, succeed
 
-__all__ = ["Asked", "ladder_due", "ladder_step", "step_reconcile_now"]
+__all__ = ["Asked", "ladder_due", "ladder_step", "provider_ask"]
 
 log = logging.getLogger("govflow.engine")
 
@@ -106,7 +105,7 @@ def ladder_due(run: Run) -> Token | None:
 def ladder_step(run: Run, token: Token) -> None:
     """One rung of the ladder for ``token`` (owns its commits; the calls are outside)."""
     try:
-        _ask(run, token, asked_by=None)
+        provider_ask(run, token, asked_by=None)
     except (InputFingerprintMismatch, InvalidRequest, EngineConflict) as exc:
         run.blocked.add(token.pk)  # not again in this run
         with run.commit():
@@ -118,30 +117,11 @@ def ladder_step(run: Run, token: Token) -> None:
             )
 
 
-def step_reconcile_now(*, instance_id: int, token_id: int, actor) -> Asked:
-    """An operator asks the provider about an uncertain step now ("Ask the provider now").
+def provider_ask(run: Run, token: Token, *, asked_by) -> Asked:
+    """Check, ask the provider, keep what it said and apply the policy (owns its commits).
 
-    Under the instance's lease, like every operator change; raises ``EngineConflict``
-    while a worker holds it or when the step is no longer uncertain, and
-    ``InputFingerprintMismatch`` when its input changed (nothing is asked or recorded).
+    ``asked_by`` is the operator who asked, or None for the engine's own ladder.
     """
-    if actor is None or not actor.has_perm("engine.operate_instance"):
-        raise NotPermitted(
-            f"{actor} may not ask providers about steps: the permission "
-            "'engine.operate_instance' is required."
-        )
-    with InstanceHeld(instance_id, actor) as run:
-        token = run.active.get(token_id)
-        if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
-            raise EngineConflict("Only a step whose outcome is unknown can be reconciled.")
-        asked = _ask(run, token, asked_by=actor)
-    if asked.settled:
-        enqueue_advance(instance_id)  # the step moved: a worker takes the instance on
-    return asked
-
-
-def _ask(run: Run, token: Token, *, asked_by) -> Asked:
-    """Check, ask the provider, keep what it said and apply the policy (owns its commits)."""
     node = run.spec.nodes[token.node_id]
     action = registry.get(node.get("action", ""))
     if action is None or not action.asks_provider:

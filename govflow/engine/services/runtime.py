@@ -68,6 +68,7 @@ from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
 from .reconcile import ladder_due, ladder_step
+from .rehydration import rehydrate
 from .routing import derive_status
 from .run import (
     INTEGRITY_BLOCK,
@@ -75,7 +76,6 @@ from .run import (
     instance_lease_key,
     load_run,
 )
-from .settle import rehydrate
 from .steps import run_chained, run_token
 
 __all__ = ["RunReport", "instance_run"]

@@ -19,7 +19,7 @@ from govflow.engine.selectors import (
 )
 from govflow.engine.services.external_results import task_retry
 from govflow.engine.services.instances import instance_cancel, step_retry
-from govflow.engine.services.reconcile import Asked, step_reconcile_now
+from govflow.engine.services.reconcile import Asked
 from recovery.api import DecisionKind, decision_get
 
 from ..forms import (
@@ -31,6 +31,7 @@ from ..forms import (
 from ..services.desk import (
     approval_decide,
     handoff_approve,
+    handoff_ask_provider,
     handoff_reject,
     handoff_request,
     handoff_withdraw,
@@ -206,7 +207,7 @@ class StepActions:
         return self.act(
             request,
             instance,
-            call=lambda: step_reconcile_now(
+            call=lambda: handoff_ask_provider(
                 instance_id=instance.pk, token_id=token.pk, actor=request.user
             ),
             done=lambda asked: _asked_message(token.node_id, asked),

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('recovery', '0005_decision_withdrawn_evidence_attached'),
+        ('recovery', '0006_decision_result'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
