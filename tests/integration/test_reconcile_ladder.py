@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
+from govflow.demo import store
 from govflow.engine.models import Instance, InstanceStatus, TokenState, WaitKind
 from govflow.engine.provider import Failed, VerificationCheck
 from govflow.engine.registry import RegistryError, registry, validate_action
@@ -19,7 +20,7 @@ from govflow.engine.services import reconcile
 from govflow.engine.services.instances import instance_cancel
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import _requeue_candidates
-from govflow.handoffs.admin.detail import finding_initial
+from govflow.handoffs.admin.detail import finding_initial, finding_result
 from govflow.handoffs.services.desk import handoff_approve, handoff_ask_provider, handoff_request
 from recovery import api
 from recovery.models import Checkpoint, Decision, Observation
@@ -34,6 +35,8 @@ from tests.engine_helpers import (
     user_with,
 )
 from tests.flows import action, drive, linear, start
+from tests.integration.test_demo import demo_store, published  # noqa: F401  (fixtures)
+from tests.integration.test_demo_confirmed import register_uncertain
 from tests.providers.alpha import actions as alpha
 from tests.providers.alpha import effects
 
@@ -292,3 +295,25 @@ def test_asking_about_a_cancelled_instance_keeps_the_answer_and_moves_nothing(
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
     assert op_states(instance) == ["outcome_unknown"], "its case stays with a person"
     assert api.provider_findings(token.operation_key)[0].outcome == "succeeded"
+
+
+def test_the_demo_register_s_finding_pre_fills_the_decision_s_result(
+    published,  # noqa: F811
+    django_user_model,
+):
+    instance, register = register_uncertain(published)
+    number = store.application_find(register.idempotency_key)["application_id"]
+    (finding,) = [f for f in api.provider_findings(register.operation_key) if f.kind == "reconcile"]
+    assert finding.values["application_id"] == number, "the provider's word, kept"
+    assert finding_result([finding])["application_id"] == number
+    operator = user_with(
+        django_user_model,
+        "olga",
+        "engine.view_instance",
+        "engine.operate_instance",
+        "recovery.request_decision",
+    )
+    client = Client()
+    client.force_login(operator)
+    html = client.get(reverse("admin:engine_instance_change", args=[instance.pk])).content
+    assert f'value="{number}"'.encode() in html, "the result field starts from the finding"

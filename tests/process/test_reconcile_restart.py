@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from govflow.engine.models import InstanceStatus, TokenState
+from govflow.engine.models import Instance, InstanceStatus, TokenState
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
-from govflow.handoffs.admin.detail import finding_initial
+from govflow.handoffs.admin.detail import finding_initial, finding_result
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from recovery.api import OperationState, chain_verify, provider_findings
 from recovery.models import Decision
@@ -122,9 +122,11 @@ def killed_after_the_registry(ws, registry_file: Path) -> tuple[int, tuple[str, 
 
 
 def decided_from_the_finding(instance_id: int, django_user_model) -> None:
-    """An operator requests the decision pre-filled from the finding; a second approves."""
+    """An operator requests the decision pre-filled from the finding (kind, rationale and
+    the step's result: the application number); a second person approves those values."""
     step = token(instance_id, "register")
-    prefill = finding_initial(provider_findings(step.operation_key))
+    findings = provider_findings(step.operation_key)
+    prefill = finding_initial(findings)
     requester = user(
         django_user_model, "requester", "recovery.request_decision", "engine.operate_instance"
     )
@@ -137,9 +139,14 @@ def decided_from_the_finding(instance_id: int, django_user_model) -> None:
         actor=requester,
         checks={"registry-search": "found", "no-duplicate": "one application"},
         evidence=[SimpleUploadedFile("registry.txt", b"found", content_type="text/plain")],
+        result=finding_result(findings),
         **prefill,
     )
-    retrying_conflicts(lambda: handoff_approve(decision_id=decision.pk, actor=approver))
+    retrying_conflicts(
+        lambda: handoff_approve(
+            decision_id=decision.pk, actor=approver, result_fp=decision.result_fp
+        )
+    )
 
 
 def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_application(
@@ -172,6 +179,8 @@ def test_after_a_kill_past_the_registry_the_provider_s_reconcile_finds_the_appli
     decided_from_the_finding(instance_id, django_user_model)
     wait_status(ws, instance_id, InstanceStatus.COMPLETED)
     assert_completed_cleanly(instance_id)
+    variables = Instance.objects.get(pk=instance_id).variables
+    assert variables["application"]["id"] == registered[1], "the found number flows on"
     assert applications(registry_file) == [registered], "the effect happened exactly once"
     assert failed_tasks() == []
 
