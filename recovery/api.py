@@ -46,6 +46,7 @@ from .errors import (
 )
 from .jsontext import parse_json
 from .keys import idempotency_key, operation_key
+from .models import ObservationKind
 from .projections import (
     incident_open_sql,
     projection_fingerprint,
@@ -71,8 +72,10 @@ from .selectors import (
     lease_is_live,
     leases_held,
     leases_live,
+    observations_of,
     operation_get,
     operations_of,
+    provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
 from .services.decisions import (
@@ -110,6 +113,7 @@ from .services.leases import (
     lease_renew,
     lease_require_live,
 )
+from .services.observations import OUTCOMES, observation_record
 from .services.operations import (
     SETTLED_FOR_A_NEW_ATTEMPT,
     EffectOperation,
@@ -150,6 +154,7 @@ __all__ = [
     "EVIDENCE_READERS",
     "INCIDENT_TRAIL",
     "LEDGER",
+    "OUTCOMES",
     "RESOLVE_PERMISSION",
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
@@ -188,6 +193,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseView",
     "LedgerDisagrees",
+    "ObservationKind",
     "OperationExists",
     "OperationNotFound",
     "OperationState",
@@ -262,6 +268,8 @@ __all__ = [
     "lease_require_live",
     "leases_held",
     "leases_live",
+    "observation_record",
+    "observations_of",
     "operation_check_input",
     "operation_dispatch",
     "operation_get",
@@ -276,6 +284,7 @@ __all__ = [
     "projection_read",
     "projection_record",
     "projection_register",
+    "provider_findings",
     "revision_require",
     "schema_problems",
     "subject_revision",

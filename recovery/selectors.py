@@ -18,7 +18,16 @@ from django.db.models import BooleanField, Exists, F, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
-from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
+from .models import (
+    Checkpoint,
+    Decision,
+    EvidenceFile,
+    IntegrityIncident,
+    Lease,
+    Observation,
+    ObservationKind,
+    Operation,
+)
 from .services.leases import Fence, fence_condition
 from .states import DecisionState, IncidentStatus
 from .subjects import Subject
@@ -39,8 +48,10 @@ __all__ = [
     "lease_is_live",
     "leases_held",
     "leases_live",
+    "observations_of",
     "operation_get",
     "operations_of",
+    "provider_findings",
 ]
 
 
@@ -205,3 +216,29 @@ def lease_current(key: str) -> LeaseView | None:
     if row is None:
         return None
     return LeaseView(fence=Fence(key=key, holder=row[1], fence=row[2]), left=row[0])
+
+
+def provider_findings(operation_key: str) -> list[Observation]:
+    """What the provider's reconcile and the automatic checks found about one operation.
+
+    Newest first, with who asked (an operator's "ask now", or the engine when empty).
+    Late answers are not findings: :func:`observations_of` reads every kind.
+    """
+    return list(
+        Observation.objects.filter(
+            operation__key=operation_key,
+            kind__in=[ObservationKind.RECONCILE, ObservationKind.CHECK],
+        )
+        .select_related("asked_by")
+        .order_by("-observed_at", "-pk")
+    )
+
+
+def observations_of(subject: Subject, *, kind: str | None = None) -> QuerySet[Observation]:
+    """Every observation kept on ``subject``'s operations (of ``kind``), oldest first."""
+    rows = Observation.objects.filter(
+        operation__subject_type=subject.type, operation__subject_id=subject.id
+    )
+    if kind is not None:
+        rows = rows.filter(kind=kind)
+    return rows.select_related("operation", "asked_by").order_by("observed_at", "pk")

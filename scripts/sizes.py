@@ -35,9 +35,6 @@ _ISSUES_9_11 = "issue 9 and 11 work in progress change this file; split it once 
 ALLOWED: dict[str, str] = {
     "govflow/api/problems.py": _ISSUE_11,
     "govflow/demo/actions.py": _ISSUES_9_11,
-    "recovery/services/_ledger.py:transition": _ISSUE_9,
-    "recovery/services/operations.py:operation_record": _ISSUE_9,
-    "recovery/services/operations.py:operation_observe": _ISSUE_9,
 }
 
 

@@ -48,8 +48,10 @@ class RegistryFrozen(RegistryError):
 class VerificationCheck:
     """A step an operator follows to find out whether an uncertain effect happened.
 
-    ``automatic``, when given, is called with the :class:`ActionContext` and returns a
-    short finding shown beside the instruction; it never decides on its own.
+    ``automatic``, when given, is called with the :class:`ActionContext` (phase
+    ``reconcile``) whenever the engine asks the provider about an uncertain step, and
+    returns a short finding, kept as evidence and shown beside the instruction; it never
+    decides on its own.
     """
 
     id: str
@@ -84,7 +86,20 @@ class ActionDefinition:
     retry_budget: int = 3
     retry_backoff: float = 2.0
     output_schema: Mapping[str, Any] | None = None
+    reconcile_settles: bool = False
+    """Whether ``reconcile``'s conclusive answer settles an ``outcome_unknown`` step by
+    itself (the provider's authority, recorded as such). False: it is kept as a finding
+    that pre-fills the operator's decision, which a second person approves."""
+    reconcile_budget: int = 5
+    """How many times the engine asks ``reconcile`` (and the automatic checks) by itself."""
+    reconcile_backoff: float = 5.0
+    """Seconds before the second ask; each later ask waits twice as long."""
     module: str = field(default="", compare=False)
+
+    @property
+    def asks_provider(self) -> bool:
+        """Whether an uncertain step of this action is put to its provider first."""
+        return self.reconcile is not None or any(c.automatic for c in self.checks)
 
     @property
     def gated_by(self) -> str | None:
@@ -133,6 +148,7 @@ def validate_action(action: ActionDefinition) -> None:
         raise RegistryError(f"{where}: retry_budget must be an integer from 0 to 100.")
     if not 0 < float(action.retry_backoff) <= 3600:
         raise RegistryError(f"{where}: retry_backoff must be in (0, 3600] seconds.")
+    _validate_reconcile(action, where)
 
 
 def _validate_checks(action: ActionDefinition, where: str) -> None:
@@ -153,6 +169,22 @@ def _validate_checks(action: ActionDefinition, where: str) -> None:
             f"{where}: a {action.recovery_mode} action needs at least one verification check, "
             "so an operator can find out whether an uncertain effect happened."
         )
+
+
+def _validate_reconcile(action: ActionDefinition, where: str) -> None:
+    if not isinstance(action.reconcile_settles, bool):
+        raise RegistryError(f"{where}: reconcile_settles must be True or False.")
+    if action.reconcile_settles and action.reconcile is None:
+        raise RegistryError(
+            f"{where}: reconcile_settles=True needs a reconcile hook whose answer can settle."
+        )
+    if not isinstance(action.reconcile_budget, int) or not 0 <= action.reconcile_budget <= 50:
+        raise RegistryError(f"{where}: reconcile_budget must be an integer from 0 to 50.")
+    if not 0 < float(action.reconcile_backoff) <= 3600:
+        raise RegistryError(f"{where}: reconcile_backoff must be in (0, 3600] seconds.")
+    for check in action.checks:
+        if check.automatic is not None and not callable(check.automatic):
+            raise RegistryError(f"{where}: check {check.id!r}'s automatic must be callable.")
 
 
 class ActionRegistry:

@@ -43,6 +43,7 @@ class WaitKind(models.TextChoices):
     POLL = "poll", "Pending provider (poll)"
     RETRY = "retry", "Retry backoff"
     JOIN = "join", "Parallel join"
+    RECONCILE = "reconcile", "Asking the provider (reconcile)"
 
 
 class TimerState(models.TextChoices):
@@ -69,7 +70,8 @@ TOKEN_TRANSITIONS: dict[str, frozenset[str]] = {
     # parallel join's earlier arrivals completed by the last one, cancelled, or failed
     # when its external task was dead-lettered (failed for good, or out of retries).
     T.WAITING: frozenset({T.READY, T.COMPLETED, T.CANCELLED, T.FAILED}),
-    # Only an approved decision closes it: effect confirmed, effect absent, cancel (I3).
+    # Only an approved decision closes it (effect confirmed, effect absent, cancel: I3),
+    # or the provider's reconcile when its action declares that its word settles.
     T.OUTCOME_UNKNOWN: frozenset({T.COMPLETED, T.FAILED, T.CANCELLED}),
     # A deliberate retry, after a failure or an effect recorded absent; for a
     # dead-lettered external task, waiting again for the new task the retry creates.

@@ -139,28 +139,9 @@ def transition(
         )
     if fence is not None:
         _require_own_lease(row, fence)
-    d = dialect()
     seq = head.seq + 1
     revision = row["revision"] + 1
-    conditions = ["id = %s", "state = %s", "revision = %s"]
-    params: list[Any] = [target, revision, result_fp, seq, row["id"], row["state"], row["revision"]]
-    if fence is not None:
-        fenced_sql, fenced_params = fence_condition(fence)
-        conditions.append(fenced_sql)
-        params += fenced_params
-    if target in SUCCESS:
-        conditions.append(
-            f"NOT EXISTS (SELECT 1 FROM {INCIDENT_TABLE} WHERE subject_type = %s AND "
-            "subject_id = %s AND status = 'open')"
-        )
-        params += [subject.type, subject.id]
-    cursor.execute(
-        f"UPDATE {OP_TABLE} SET state = %s, revision = %s, result_fp = %s, chain_seq = %s, "
-        f"updated_at = {d.now} WHERE {' AND '.join(conditions)}",
-        params,
-    )
-    if cursor.rowcount != 1:
-        raise _why_not(cursor, row, target, fence, subject)
+    _compare_and_swap(cursor, row, target, revision, result_fp, seq, fence, subject)
     fact = {
         "operation": row["key"],
         "state": target,
@@ -177,6 +158,29 @@ def transition(
         chain_seq=seq,
         result_fp=result_fp,
     )
+
+
+def _compare_and_swap(cursor, row, target, revision, result_fp, seq, fence, subject) -> None:
+    """The one conditional UPDATE of :func:`transition`; raises when it matched no row."""
+    conditions = ["id = %s", "state = %s", "revision = %s"]
+    params: list[Any] = [target, revision, result_fp, seq, row["id"], row["state"], row["revision"]]
+    if fence is not None:
+        fenced_sql, fenced_params = fence_condition(fence)
+        conditions.append(fenced_sql)
+        params += fenced_params
+    if target in SUCCESS:
+        conditions.append(
+            f"NOT EXISTS (SELECT 1 FROM {INCIDENT_TABLE} WHERE subject_type = %s AND "
+            "subject_id = %s AND status = 'open')"
+        )
+        params += [subject.type, subject.id]
+    cursor.execute(
+        f"UPDATE {OP_TABLE} SET state = %s, revision = %s, result_fp = %s, chain_seq = %s, "
+        f"updated_at = {dialect().now} WHERE {' AND '.join(conditions)}",
+        params,
+    )
+    if cursor.rowcount != 1:
+        raise _why_not(cursor, row, target, fence, subject)
 
 
 def _require_own_lease(row: dict[str, Any], fence: Fence) -> None:

@@ -137,21 +137,26 @@ def operation_record(
         head = chain.read_head(cursor, subject)
         seq = head.seq + 1
         _insert(cursor, key, subject, row, fence=fence, ordinal=ordinal, state=state, seq=seq)
-        fact = {
-            "operation": key,
-            "state": state,
-            "revision": 1,
-            "step": step_id,
-            "action": action,
-            "mode": recovery_mode,
-            **fps,
-            "result_fp": "",
-            "lease": fence.key,
-            "fence": fence.fence,
-            "ordinal": ordinal,
-        }
+        fact = _recorded_fact(key, state, row, fence, ordinal)
         chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
     return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+
+
+def _recorded_fact(key: str, state: str, row: dict, fence: Fence, ordinal: int) -> dict:
+    """The ``operation.recorded`` fact: the row as recorded, fingerprints only."""
+    return {
+        "operation": key,
+        "state": state,
+        "revision": 1,
+        "step": row["step_id"],
+        "action": row["action"],
+        "mode": row["recovery_mode"],
+        **{name: row[name] for name in _RECORDED if name.endswith("_fp")},
+        "result_fp": "",
+        "lease": fence.key,
+        "fence": fence.fence,
+        "ordinal": ordinal,
+    }
 
 
 def _check_record(fps: dict[str, str], recovery_mode: str, state: str, ordinal: int) -> None:
@@ -278,13 +283,15 @@ def operation_observe(
     result: Any = None,
     input: Any = None,
     projection_fp: str = "",
+    by: str = "",
 ) -> RecordedOperation:
     """Record what was observed about a dispatched operation, on the caller's live fence.
 
     ``state`` is ``succeeded``, ``failed``, ``pending`` or ``outcome_unknown`` (or, from a
-    conclusive reconcile, ``effect_confirmed`` / ``effect_absent``). ``result`` is the
-    provider's output or failure reason; only its fingerprint is stored. When ``input`` is
-    given, its fingerprint must equal the recorded one (:class:`InputFingerprintMismatch`).
+    conclusive reconcile, ``effect_confirmed`` / ``effect_absent``: then ``by`` names the
+    authority, e.g. ``"provider"``, and the fact records it). ``result`` is the provider's
+    output or failure reason; only its fingerprint is stored. When ``input`` is given, its
+    fingerprint must equal the recorded one (:class:`InputFingerprintMismatch`).
 
     Repeating the identical terminal observation is a no-op (``changed`` is False); a
     contradictory one raises :class:`ContradictoryObservation`. A success verifies the
@@ -300,6 +307,7 @@ def operation_observe(
     state = str(state)
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
+    extra: dict[str, Any] = {"by_fence": fence.fence, **({"by": by} if by else {})}
     with opening_incidents(), atomic(), connection.cursor() as cursor:
         if state in SUCCESS:
             row, subject_rows = load_with_subject(cursor, key)
@@ -309,15 +317,7 @@ def operation_observe(
         check_input(row, input_fp)
         if not check_target(row, state, result_fp):
             require_live(cursor, row, fence)
-            return RecordedOperation(
-                key=key,
-                subject=subject,
-                state=row["state"],
-                revision=row["revision"],
-                chain_seq=row["chain_seq"],
-                result_fp=row["result_fp"],
-                changed=False,
-            )
+            return _unchanged(row)
         if state in SUCCESS:
             head = verified_head(cursor, subject, subject_rows)
         else:
@@ -328,11 +328,24 @@ def operation_observe(
             state,
             head=head,
             kind="operation.observed",
-            fact_extra={"by_fence": fence.fence},
+            fact_extra=extra,
             result_fp=result_fp,
             fence=fence,
             projection_fp=projection_fp,
         )
+
+
+def _unchanged(row: dict[str, Any]) -> RecordedOperation:
+    """What an idempotent repeat returns: the operation as it stands, ``changed`` False."""
+    return RecordedOperation(
+        key=row["key"],
+        subject=Subject(row["subject_type"], row["subject_id"]),
+        state=row["state"],
+        revision=row["revision"],
+        chain_seq=row["chain_seq"],
+        result_fp=row["result_fp"],
+        changed=False,
+    )
 
 
 def operation_check_input(*, key: str, input: Any) -> None:
@@ -348,14 +361,7 @@ def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
         row = load_row(cursor, key)
         if not check_target(row, S.DISPATCHED, ""):
             require_live(cursor, row, fence)
-            return RecordedOperation(
-                key=key,
-                subject=Subject(row["subject_type"], row["subject_id"]),
-                state=row["state"],
-                revision=row["revision"],
-                chain_seq=row["chain_seq"],
-                changed=False,
-            )
+            return _unchanged(row)
         head = chain.read_head(cursor, Subject(row["subject_type"], row["subject_id"]))
         return transition(
             cursor,

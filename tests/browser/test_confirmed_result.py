@@ -92,7 +92,12 @@ def test_the_operator_confirms_register_with_the_application_number_and_the_perm
     assert "Outcome unknown" in step
     assert "Application number" in step and "Registered at" in step
 
-    # Without the application number the request is refused on its form, naming the field.
+    # The provider's reconcile was asked first: its finding pre-fills the number (issue 9,
+    # item 2). Without the application number the request is refused on its form, naming
+    # the field.
+    assert operator.value("result_application_id") == number
+    assert "Pre-filled from the provider's finding above" in step
+    operator.fill("result_application_id", "")
     request_confirmation(operator, record, extract)
     assert "Required to record effect confirmed." in operator.errors()
     assert not Decision.objects.exists()

@@ -124,6 +124,7 @@ POST_ACTIONS = [
     ("instance_retry", ("instance", "token")),
     ("instance_approval", ("instance", "token")),
     ("instance_handoff", ("instance", "token")),
+    ("instance_reconcile", ("instance", "token")),
     ("instance_decision_approve", ("instance", 999)),
     ("instance_decision_reject", ("instance", 999)),
     ("instance_migrate", ("instance",)),

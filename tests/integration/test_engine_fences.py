@@ -51,7 +51,7 @@ def run(instance, worker: str = "worker-1"):
 
 
 @pytest.mark.django_db
-def test_a_worker_whose_lease_lapsed_during_the_call_cannot_commit_the_result(
+def test_a_worker_whose_lease_lapsed_during_the_call_cannot_commit_the_result_but_it_is_kept(
     short_lease, settings
 ):
     thief = {}
@@ -70,7 +70,13 @@ def test_a_worker_whose_lease_lapsed_during_the_call_cannot_commit_the_result(
         assert token_of(instance, "a").state == TokenState.EXECUTING
         assert instance.status == InstanceStatus.RUNNING and "a" not in instance.variables
         assert len(effects.effects()) == 1  # the effect itself did happen
-        # The new holder finishes; the next run cannot know what the old call answered.
+        # Its answer is not lost: kept on the operation as a late answer (issue 9), with
+        # the values the provider returned, chained, and applied to nothing.
+        (late,) = api.observations_of(api.Subject("govflow.instance", str(instance.pk)))
+        idem = token_of(instance, "a").idempotency_key
+        assert (late.kind, late.source, late.outcome) == ("late", "execute", "succeeded")
+        assert late.values == {"stored": "v1", "key": idem} and not late.applied
+        # The new holder finishes; it does not apply the late answer by itself.
         api.lease_release(fence=thief["fence"])
         settings.GOVFLOW_LEASE_TTL = 30
         run(instance, worker="worker-3")

@@ -29,7 +29,10 @@ FLOORS = [
     ("govflow.engine.services.run", "the Run, its commit, seal and lease release"),
     ("govflow.engine.services.blocking", "stopping an instance for a person"),
     ("govflow.engine.services.dispatch", "planning a step, recording its dispatch"),
-    ("govflow.engine.services.settle", "recording an answer; rehydration"),
+    ("govflow.engine.services.answers", "a provider's answer as evidence; the ladder's wait"),
+    ("govflow.engine.services.settle", "recording an answer"),
+    ("govflow.engine.services.rehydration", "what a previous holder left executing"),
+    ("govflow.engine.services.reconcile", "the reconciliation ladder: the provider asked"),
     ("govflow.engine.services.steps", "one step, returning the next move"),
     ("govflow.engine.services.runtime", "the loop and the protocol"),
 ]

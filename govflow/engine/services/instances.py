@@ -37,9 +37,9 @@ from ..projection import instance_subject, projection_of
 from ..queue import enqueue_advance
 from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
+from .rehydration import rehydrate
 from .routing import Router
 from .run import Run, instance_lease_key, load_run
-from .settle import rehydrate
 
 __all__ = [
     "InstanceHeld",

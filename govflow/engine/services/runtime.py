@@ -14,7 +14,9 @@ The protocol (invariants I1-I12), at its one home:
    (no operation, or a ``prepared`` one) → ``ready`` with attempt + 1; dispatched →
    ``outcome_unknown``, unless the provider's answer was kept while an incident stopped
    the instance: then it is recorded as the answer it was. Nobody else can be mid-step:
-   their fence is stale.
+   their fence is stale. An ``outcome_unknown`` step whose provider can be asked waits
+   for the reconciliation ladder too (``reconcile``): when nothing is ready, the loop
+   asks the provider of a step that is due, and the sweep queues such instances.
 4. Each ready token runs one step (``steps.run_token``), which returns the loop's next
    move as a value (``dispatch.Next``). Every write is conditional on the fence; a stale
    holder's write changes nothing and raises ``StaleFence``, which ends the run.
@@ -59,12 +61,14 @@ from recovery.api import (
 from ..conf import lease_ttl, max_steps_per_run, run_budget
 from ..db import clock, engine_commit
 from ..liveness import worker_name
-from ..models import InstanceStatus, Token, TokenState
+from ..models import InstanceStatus, Token, TokenState, WaitKind
 from ..queue import enqueue_advance
 from ..states import TERMINAL_STATUSES
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
+from .reconcile import ladder_due, ladder_step
+from .rehydration import rehydrate
 from .routing import derive_status
 from .run import (
     INTEGRITY_BLOCK,
@@ -72,7 +76,6 @@ from .run import (
     instance_lease_key,
     load_run,
 )
-from .settle import rehydrate
 from .steps import run_chained, run_token
 
 __all__ = ["RunReport", "instance_run"]
@@ -176,9 +179,15 @@ def _loop(run: Run, report: RunReport) -> None:
             if run.instance.status in TERMINAL_STATUSES:
                 break
             token = next_runnable(run)
-            if token is None:
-                break
-            next_step = run_token(run, token, next_step)
+            if token is not None:
+                next_step = run_token(run, token, next_step)
+            else:
+                # Nothing ready: an uncertain step whose provider is due to be asked.
+                token = ladder_due(run)
+                if token is None:
+                    break
+                ladder_step(run, token)
+                next_step = None
         report.steps += 1
         run.steps_left -= 1
         run.renew_if_due()
@@ -217,10 +226,17 @@ def next_runnable(run: Run) -> Token | None:
     return min(ready, key=lambda t: t.ordinal, default=None)
 
 
-def _runnable(instance_id: int, blocked: set[int]):
-    runnable = Token.objects.filter(instance_id=instance_id, state=TokenState.READY).filter(
-        Q(not_before__isnull=True) | Q(not_before__lte=clock())
-    )
+def _runnable(instance_id: int, blocked: set[int], *, asks: bool = False):
+    """Ready tokens that may run now; with ``asks``, also uncertain steps whose provider
+    is due to be asked (the reconciliation ladder)."""
+    due = Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=clock()))
+    if asks:
+        due |= Q(
+            state=TokenState.OUTCOME_UNKNOWN,
+            wait_kind=WaitKind.RECONCILE,
+            not_before__lte=clock(),
+        )
+    runnable = Token.objects.filter(due, instance_id=instance_id)
     return runnable.exclude(pk__in=blocked) if blocked else runnable
 
 
@@ -260,7 +276,7 @@ def _lease_release_and_requeue(
     try:
         with engine_commit():
             lease_release_if_held(fence=fence)
-            if check and _runnable(run.instance.pk, run.blocked).exists():
+            if check and _runnable(run.instance.pk, run.blocked, asks=True).exists():
                 report.more = True
                 enqueue_advance(run.instance.pk)
     except DatabaseError:

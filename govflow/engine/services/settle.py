@@ -16,11 +16,10 @@ from typing import Any
 from recovery.api import (
     CanonicalError,
     ChainConflict,
+    ConflictError,
     IntegrityViolation,
     OperationState,
-    OperationView,
     input_guard,
-    operation_get,
     operation_observe,
 )
 
@@ -29,22 +28,22 @@ from ..errors import EngineConflict
 from ..limits import payload_max_bytes
 from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
 from ..outputs import output_problems
-from ..registry import ActionDefinition, registry
+from ..registry import ActionDefinition
 from ..results import Failed, Pending, Succeeded, Unknown
 from ..variables import apply_output
-from .blocking import KEPT_NOTE, block, leave_or_block, stop_for_integrity
+from .answers import ladder_wait, late_answer_keep
+from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
 from .dispatch import ChainedDispatchRefused, Next, dispatch_next
 from .routing import after_seconds
 from .run import Run
 
 __all__ = [
     "MAX_DELAY",
-    "block_inconsistent",
     "complete_with_output",
+    "keep_answer",
     "output_refusal",
-    "rehydrate",
+    "result_admitted",
     "settle",
-    "settle_kept",
 ]
 
 log = logging.getLogger("govflow.engine")
@@ -65,7 +64,18 @@ def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, res
     commit is made again. Anything else that refuses it (a stale fence) ends the run as
     before, and rehydration decides the step. Returns what the loop does next.
     """
-    result = _admitted(result, action)
+    result = result_admitted(result, action)
+    try:
+        return _settle_attempts(run, token, node, action, key, result)
+    except ConflictError as exc:
+        if not isinstance(exc, ChainConflict):
+            # Too late to move the step (its fence lapsed, or it is outcome_unknown or
+            # decided by now): the answer is evidence all the same, kept on its operation.
+            late_answer_keep(key, token, result, type(exc).__name__)
+        raise
+
+
+def _settle_attempts(run: Run, token: Token, node, action, key: str, result) -> Next:
     for attempt in range(1, SETTLE_ATTEMPTS + 1):
         try:
             return _settle_commit(run, token, node, action, key, result)
@@ -115,7 +125,7 @@ def output_refusal(action: ActionDefinition, output: Any) -> str:
     return ""
 
 
-def _admitted(result, action: ActionDefinition):
+def result_admitted(result, action: ActionDefinition):
     """The provider's answer, or an unknown outcome when it cannot be kept as it is."""
     if isinstance(result, Succeeded):
         # The effect did happen, so an output that cannot be kept is an unknown outcome,
@@ -161,22 +171,28 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
                 if isinstance(result, Unknown)
                 else (f"the provider returned {type(result).__name__}, not a result")
             )
-            _unknown(run, token, key, reason)
+            _unknown(run, token, key, reason, action)
     return next_step
 
 
-def succeed(run, token, node, key, result: Succeeded, *, expected: str, extra=None) -> None:
+def succeed(
+    run, token, node, key, result: Succeeded, *, expected: str, extra=None, by: str = ""
+) -> None:
     """A step succeeded (needs the caller's commit): the projection's writes first, then
     the observation that carries their fingerprint (one commit either way: the order only
-    saves a checkpoint)."""
+    saves a checkpoint). With ``by`` (``"provider"``: its reconcile settled an uncertain
+    step) the operation becomes ``effect_confirmed`` on that authority."""
     output = dict(result.output)
-    complete_with_output(run, token, node, output, expected=expected, extra=extra)
+    extra = dict(extra or {})
+    reason = extra.pop("reason", "")
+    complete_with_output(run, token, node, output, expected=expected, reason=reason, extra=extra)
     operation_observe(
         key=key,
-        state=OperationState.SUCCEEDED,
+        state=OperationState.EFFECT_CONFIRMED if by else OperationState.SUCCEEDED,
         fence=run.fence,
         result=output,
         projection_fp=run.carry_projection(),
+        by=by,
     )
 
 
@@ -215,14 +231,21 @@ def _poll_later(run: Run, token: Token, key: str, result: Pending) -> None:
     )
 
 
-def _unknown(run: Run, token: Token, key: str, reason: str) -> None:
-    """No conclusive answer after dispatch: outcome unknown (needs the caller's commit)."""
+def _unknown(run: Run, token: Token, key: str, reason: str, action) -> None:
+    """No conclusive answer after dispatch: outcome unknown (needs the caller's commit).
+
+    An action whose provider can be asked (reconcile, automatic checks) is asked first:
+    the step waits for the ladder (``services.reconcile``) as well as for an operator."""
     message = (
         f"Outcome unknown: {reason}. The effect may or may not have happened; an "
         "operator must record effect confirmed or effect absent with evidence."
     )
     run.update_token(
-        token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message[:2000]
+        token,
+        TokenState.EXECUTING,
+        state=TokenState.OUTCOME_UNKNOWN,
+        reason=message[:2000],
+        **ladder_wait(action),
     )
     run.flush(status=InstanceStatus.BLOCKED, reason=message[:2000])
     operation_observe(
@@ -300,96 +323,3 @@ def keep_answer(run: Run, token: Token, key: str, result: Any) -> None:
             outcome=KeptAnswer.Outcome.UNKNOWN, reason=str(getattr(result, "reason", ""))[:2000]
         )
     KeptAnswer.objects.get_or_create(operation_key=key, defaults={**values, "received_at": clock()})
-
-
-def settle_kept(run: Run, token: Token, key: str) -> bool:
-    """Settle a dispatched step with the provider's kept answer; False if none was kept.
-
-    Owns its commits (the settlement's, then marking the answer applied).
-    """
-    kept = KeptAnswer.objects.filter(operation_key=key, applied_at__isnull=True).first()
-    if kept is None:
-        return False
-    node = run.spec.nodes[token.node_id]
-    action = registry.get(node.get("action", ""))
-    if action is None:
-        return False  # rehydration decides: the provider is gone
-    outcome = KeptAnswer.Outcome
-    if kept.outcome == outcome.SUCCEEDED:
-        result: Any = Succeeded(kept.output or {})
-    elif kept.outcome == outcome.FAILED:
-        result = Failed(kept.reason, permanent=kept.permanent)
-    elif kept.outcome == outcome.PENDING:
-        result = Pending(poll_after=kept.poll_after or 0)
-    else:
-        result = Unknown(kept.reason or "the provider's kept answer was not conclusive")
-    log.info("instance %s: recording the kept answer for step '%s'", run.instance.pk, key)
-    # Nothing is chained from here: rehydration runs before the run's step budget is set.
-    settle(run, token, node, action, key, result)
-    KeptAnswer.objects.filter(pk=kept.pk).update(applied_at=clock())
-    return True
-
-
-# -- rehydration (I10) ------------------------------------------------------------------
-
-
-def rehydrate(run: Run) -> None:
-    """Resolve tokens a previous holder left ``executing`` (invariant I10).
-
-    Owns its commits, one per token. A dispatched step whose provider's answer was kept
-    (it arrived while an integrity incident stopped the instance) is settled with that
-    answer, never guessed unknown.
-    """
-    for token in [t for t in run.active.values() if t.state == TokenState.EXECUTING]:
-        operation = operation_get(key=token.operation_key)
-        dispatched = operation is not None and operation.state == OperationState.DISPATCHED
-        if dispatched and settle_kept(run, token, operation.key):
-            continue
-        if operation is None or operation.state == OperationState.PREPARED:
-            with run.commit():
-                # Never crossed the dispatch boundary: no effect can have happened.
-                run.update_token(
-                    token,
-                    TokenState.EXECUTING,
-                    state=TokenState.READY,
-                    attempt=token.attempt + 1,
-                    operation_key="",
-                    reason="resumed after a worker stopped before dispatch",
-                )
-                run.flush()
-        elif dispatched:
-            with run.commit():
-                _unknown_after_restart(run, token, operation.key)
-        else:
-            block_inconsistent(run, token, operation)
-
-
-def _unknown_after_restart(run: Run, token: Token, key: str) -> None:
-    """A dispatched step its worker never settled (needs the caller's commit)."""
-    message = (
-        "The worker stopped after dispatching this action and before "
-        "recording its outcome. The effect may or may not have happened: "
-        "an operator must record effect confirmed or effect absent."
-    )
-    run.update_token(token, TokenState.EXECUTING, state=TokenState.OUTCOME_UNKNOWN, reason=message)
-    run.flush(status=InstanceStatus.BLOCKED, reason=message)
-    operation_observe(
-        key=key,
-        state=OperationState.OUTCOME_UNKNOWN,
-        fence=run.fence,
-        projection_fp=run.carry_projection(),
-    )
-
-
-def block_inconsistent(run: Run, token: Token, operation: OperationView) -> None:
-    """Block a token left executing whose operation already ended (should not happen).
-
-    Owns its commit (``block``). It settles nothing: an operator decides.
-    """
-    block(
-        run,
-        token,
-        "inconsistent",
-        f"Step '{token.node_id}' was left executing while its operation {operation.key} "
-        f"is {operation.state}. An operator must look at it before anything moves on.",
-    )

@@ -94,14 +94,20 @@ def _requeue_candidates(limit: int) -> list[int]:
     live = Exists(leases.filter(expires_at__gt=now))
     orphaned = Exists(leases.filter(expires_at__lte=now, expires_at__gt=OuterRef("enqueued_at")))
     tokens = Token.objects.filter(instance=OuterRef("pk"))
+    # An uncertain step whose provider is due to be asked (the reconciliation ladder)
+    # waits like a backoff.
+    asks = Q(state=TokenState.OUTCOME_UNKNOWN, wait_kind=WaitKind.RECONCILE)
     runnable = tokens.filter(
         Q(state=TokenState.EXECUTING)
         | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=now))
+        | asks & Q(not_before__lte=now)
     )
-    # A retry or poll that fell due after the instance was last queued needs a run now,
-    # not after the stale-enqueue period: its backoff is what the provider asked for.
+    # A retry, poll or ask that fell due after the instance was last queued needs a run
+    # now, not after the stale-enqueue period: its backoff is what was asked for.
     fell_due = tokens.filter(
-        state=TokenState.READY, not_before__lte=now, not_before__gt=OuterRef("enqueued_at")
+        Q(state=TokenState.READY) | asks,
+        not_before__lte=now,
+        not_before__gt=OuterRef("enqueued_at"),
     )
     query = (
         Instance.objects.filter(

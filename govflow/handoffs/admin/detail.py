@@ -38,15 +38,19 @@ from govflow.engine.selectors import (
 from govflow.engine.services.contract_migrations import MIGRATE, migration_candidates
 from govflow.engine.services.definitions import trusted_spec
 from recovery.api import (
+    DecisionKind,
     DecisionState,
     IncidentStatus,
+    ObservationKind,
     RecoveryError,
     chain_verify,
     decision_evidence,
     decisions_of,
     evidence_files,
     incidents_of,
+    observations_of,
     operations_of,
+    provider_findings,
 )
 
 from ..forms import (
@@ -85,6 +89,9 @@ class StepRow:
     handoff_form: HandoffRequestForm | None = None
     open_decision: Any = None  # a recovery decision awaiting approval
     missing: str = ""  # the permissions this user lacks to act here, said on the page
+    findings: list = field(default_factory=list)  # what the provider's reconcile/checks said
+    may_ask: bool = False  # "Ask the provider now"
+    prefilled: bool = False  # the request form starts from the provider's finding
 
 
 @dataclass
@@ -118,26 +125,30 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
             if row.approval_form is None and user.has_perm(row.approval_permission):
                 row.approval_form = ApprovalForm(auto_id=f"id_approval_{token.pk}_%s")
         if token.state == TokenState.OUTCOME_UNKNOWN:
-            row.open_decision = open_by_key.get(token.operation_key)
-            if row.open_decision is None and user.has_perms((OPERATE, REQUEST)):
-                row.handoff_form = bound.get(("handoff", token.pk)) or handoff_form(
-                    instance, token, node, action, initial_result=None
-                )
-            elif row.open_decision is None:
-                row.missing = missing_perms(user, (OPERATE, REQUEST))
+            _uncertain_row(row, instance, node, user, open_by_key, bound)
         rows.append(row)
     return rows
 
 
 def handoff_form(
-    instance: Instance, token: Token, node, action, data=None, files=None, *, initial_result=None
+    instance: Instance,
+    token: Token,
+    node,
+    action,
+    data=None,
+    files=None,
+    *,
+    initial=None,
+    initial_result=None,
 ) -> HandoffRequestForm:
     """The form asking for a decision on ``token``: the action's checks, and the step's
-    result fields typed by its output schema, pre-filled with ``initial_result`` (what the
-    provider's reconcile found, say). A cancelled instance takes no cancel."""
+    result fields typed by its output schema, pre-filled with ``initial`` (kind and
+    rationale) and ``initial_result`` (what the provider's reconcile found). A cancelled
+    instance takes no cancel."""
     return HandoffRequestForm(
         data,
         files,
+        initial=initial,
         checks=action.checks if action else (),
         allow_cancel=instance.status != InstanceStatus.CANCELLED,
         result_fields=result_fields(result_schema_of(action, node)),
@@ -165,6 +176,70 @@ def result_rows(decision, schema) -> list[ResultRow]:
         )
         for name, value in decision.result.items()
     ]
+
+
+def _uncertain_row(row: StepRow, instance: Instance, node, user, open_by_key, bound) -> None:
+    """An uncertain step: its open decision, what its provider said, the request form
+    (pre-filled from a conclusive finding of the provider's reconcile)."""
+    token, action = row.token, row.action
+    row.open_decision = open_by_key.get(token.operation_key)
+    row.findings = provider_findings(token.operation_key)
+    row.may_ask = bool(action and action.asks_provider and user.has_perm(OPERATE))
+    if row.open_decision is None and user.has_perms((OPERATE, REQUEST)):
+        initial = finding_initial(row.findings)
+        row.prefilled = bool(initial)
+        row.handoff_form = bound.get(("handoff", token.pk)) or handoff_form(
+            instance,
+            token,
+            node,
+            action,
+            initial=initial,
+            initial_result=finding_result(row.findings),
+        )
+    elif row.open_decision is None:
+        row.missing = missing_perms(user, (OPERATE, REQUEST))
+
+
+def _conclusive(findings):
+    """The newest conclusive answer of the provider's reconcile among ``findings``."""
+    return next(
+        (
+            f
+            for f in findings
+            if f.kind == ObservationKind.RECONCILE and f.outcome in ("succeeded", "failed")
+        ),
+        None,
+    )
+
+
+def finding_result(findings) -> dict[str, Any] | None:
+    """The step's result as the provider's reconcile found it (the request form's result
+    fields start from it), or None when it found no effect."""
+    found = _conclusive(findings)
+    return dict(found.values) if found is not None and found.outcome == "succeeded" else None
+
+
+def finding_initial(findings) -> dict[str, Any]:
+    """The request form's initial values from the newest conclusive reconcile finding.
+
+    The operator still reads it, attaches evidence and submits; a second person approves.
+    """
+    found = _conclusive(findings)
+    if found is None:
+        return {}
+    confirmed = found.outcome == "succeeded"
+    said = (
+        f"returned {', '.join(f'{k}={v}' for k, v in sorted(found.values.items()))}"
+        if confirmed
+        else f"said: {found.reason or 'the effect did not happen'}"
+    )
+    return {
+        "kind": DecisionKind.EFFECT_CONFIRMED if confirmed else DecisionKind.EFFECT_ABSENT,
+        "rationale": (
+            f"The provider's reconcile (finding {found.pk}, {found.observed_at:%Y-%m-%d %H:%M} "
+            f"UTC) looked the effect up by this step's idempotency key and {said}."
+        ),
+    }
 
 
 @dataclass
@@ -279,6 +354,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "variables_json": pretty_json(instance.variables),
         "steps": _step_rows(request, instance, tokens, open_by_key, bound),
         "operations": operations,
+        "late_answers": list(observations_of(subject, kind=ObservationKind.LATE)),
         "decisions": _decision_rows(request, instance, decisions, bound) if see_decisions else [],
         "see_decisions": see_decisions,
         "verification": verification,

@@ -19,6 +19,7 @@ from govflow.engine.selectors import (
 )
 from govflow.engine.services.external_results import task_retry
 from govflow.engine.services.instances import instance_cancel, step_retry
+from govflow.engine.services.reconcile import Asked
 from recovery.api import DecisionKind, decision_get
 
 from ..forms import (
@@ -30,6 +31,7 @@ from ..forms import (
 from ..services.desk import (
     approval_decide,
     handoff_approve,
+    handoff_ask_provider,
     handoff_reject,
     handoff_request,
     handoff_withdraw,
@@ -67,6 +69,7 @@ class StepActions:
         ("<int:instance_id>/steps/<int:token_id>/retry/", "retry_view", "retry"),
         ("<int:instance_id>/steps/<int:token_id>/approval/", "approval_view", "approval"),
         ("<int:instance_id>/steps/<int:token_id>/handoff/", "handoff_view", "handoff"),
+        ("<int:instance_id>/steps/<int:token_id>/reconcile/", "reconcile_view", "reconcile"),
         (
             "<int:instance_id>/decisions/<int:decision_id>/approve/",
             "decision_approve_view",
@@ -197,6 +200,19 @@ class StepActions:
             ),
         )
 
+    def reconcile_view(self, request, instance_id: int, token_id: int):
+        """ "Ask the provider now": its reconcile and automatic checks, kept as evidence."""
+        instance = self.get_instance(request, instance_id, OPERATE)
+        token = self._token(instance, token_id)
+        return self.act(
+            request,
+            instance,
+            call=lambda: handoff_ask_provider(
+                instance_id=instance.pk, token_id=token.pk, actor=request.user
+            ),
+            done=lambda asked: _asked_message(token.node_id, asked),
+        )
+
     def decision_approve_view(self, request, instance_id: int, decision_id: int):
         instance = self.get_instance(request, instance_id, APPROVE)
         decision = self._decision(instance, decision_id)
@@ -268,3 +284,31 @@ class StepActions:
                 f"Decision {decision.pk} is rejected; the step still waits for a decision."
             ),
         )
+
+
+ANSWERED = {
+    "succeeded": "says the effect happened",
+    "failed": "says the effect did not happen",
+    "pending": "is still working on it",
+    "unknown": "cannot say whether the effect happened",
+}
+
+
+def _asked_message(node_id: str, asked: Asked) -> str:
+    """What an operator reads after asking a provider about step ``node_id``."""
+    said = (
+        f"The provider {ANSWERED.get(asked.outcome, 'answered')}"
+        if asked.outcome
+        else "The provider has no reconcile hook"
+    )
+    checks = f"; {asked.checks} automatic check finding(s) recorded" if asked.checks else ""
+    if asked.settled:
+        follows = "Its action lets its word settle the step, so the step moved on."
+    elif asked.outcome in ("succeeded", "failed"):
+        follows = (
+            "The request form below is pre-filled from it: check it, add evidence and "
+            "request the decision; a second person approves it."
+        )
+    else:
+        follows = "The decision stays with an operator."
+    return f"Asked about step '{node_id}'. {said}{checks}. {follows}"

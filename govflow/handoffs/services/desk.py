@@ -18,6 +18,7 @@ from govflow.engine.registry import registry
 from govflow.engine.selectors import step_get
 from govflow.engine.services.definitions import spec_of
 from govflow.engine.services.instances import InstanceHeld
+from govflow.engine.services.reconcile import Asked, provider_ask
 from govflow.engine.services.routing import Router
 from govflow.engine.services.settle import complete_with_output
 from recovery.api import (
@@ -35,6 +36,7 @@ __all__ = [
     "approval_decide",
     "external_complete",
     "handoff_approve",
+    "handoff_ask_provider",
     "handoff_reject",
     "handoff_request",
     "handoff_withdraw",
@@ -272,3 +274,27 @@ def settle_after_cancel(run, token: Token, approved) -> None:
     )
     run.active.pop(token.pk, None)
     run.flush(status=InstanceStatus.CANCELLED, reason=run.instance.reason)
+
+
+def handoff_ask_provider(*, instance_id: int, token_id: int, actor) -> Asked:
+    """An operator asks the provider about an uncertain step now ("Ask the provider now").
+
+    Under the instance's lease, like every operator change; raises ``EngineConflict``
+    while a worker holds it or when the step is no longer uncertain, and
+    ``InputFingerprintMismatch`` when its input changed (nothing is asked or recorded).
+    What the provider says is kept as its evidence and follows the action's policy
+    (``govflow.engine.services.reconcile``).
+    """
+    if actor is None or not actor.has_perm("engine.operate_instance"):
+        raise NotPermitted(
+            f"{actor} may not ask providers about steps: the permission "
+            "'engine.operate_instance' is required."
+        )
+    with InstanceHeld(instance_id, actor) as run:
+        token = run.active.get(token_id)
+        if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
+            raise EngineConflict("Only a step whose outcome is unknown can be reconciled.")
+        asked = provider_ask(run, token, asked_by=actor)
+    if asked.settled:
+        enqueue_advance(instance_id)  # the step moved: a worker takes the instance on
+    return asked

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from govflow.engine.provider import (
     ActionDefinition,
     Failed,
@@ -113,4 +115,10 @@ publish = ActionDefinition(
     execute=_effect,
     checks=CHECK,
 )
-ALL = (write, note, restore, publish)
+write_settled = dataclasses.replace(
+    write,
+    name="alpha.write_settled",
+    title="Write to the alpha store (its reconcile settles an uncertain step)",
+    reconcile_settles=True,
+)
+ALL = (write, note, restore, publish, write_settled)

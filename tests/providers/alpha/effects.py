@@ -100,3 +100,24 @@ def pause_point(name: str) -> None:
         (Path(folder) / f"{name}.reached").write_text(str(os.getpid()))
         while flag.exists():
             time.sleep(0.05)
+
+
+def pause_after_demo_registration() -> None:
+    """In a process test's workers, park right after the demo registry registered an
+    application (pause point ``demo_registered``), before the engine records the answer.
+
+    Only where ``ALPHA_PAUSE_DIR`` is set (the clusters a process test starts): the demo
+    module stays as it is everywhere else.
+    """
+    if not os.environ.get("ALPHA_PAUSE_DIR"):
+        return
+    from govflow.demo import store
+
+    original = store.application_register
+
+    def registered(**kwargs):
+        record = original(**kwargs)
+        pause_point("demo_registered")
+        return record
+
+    store.application_register = registered
