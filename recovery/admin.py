@@ -21,11 +21,11 @@ from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease
 from .services.evidence import EVIDENCE_READERS, evidence_open
 from .services.facts import incident_trail
 from .services.incidents import subject_check
+from .services.resolution_requests import incident_resolve_request
 from .services.resolutions import (
     RESOLVE_PERMISSION,
     incident_resolve_approve_via_owner,
     incident_resolve_reject,
-    incident_resolve_request,
     incident_resolve_withdraw,
 )
 from .states import IncidentStatus, ResolutionState
@@ -174,7 +174,10 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
         return redirect(reverse("admin:recovery_integrityincident_change", args=[incident.pk]))
 
     def request_view(self, request, incident_id: int):
-        form = ResolutionRequestForm(request.POST if request.method == "POST" else None)
+        posted = request.method == "POST"
+        form = ResolutionRequestForm(
+            request.POST if posted else None, request.FILES if posted else None
+        )
         return self.act(
             request,
             incident_id,
@@ -185,6 +188,7 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
                 requested_by=request.user,
                 rationale=form.cleaned_data["rationale"],
                 watermark=form.cleaned_data["watermark"],
+                evidence=form.cleaned_data["evidence"],
             ),
             done=lambda incident, resolution: (
                 f"Resolution request {resolution.pk} of incident {incident.pk} is recorded. "
@@ -260,6 +264,12 @@ def incident_context(request, incident: IntegrityIncident, bound: dict) -> dict:
         "verify_error": verify_error if is_open else "",
         "resolutions": resolutions,
         "pending": pending,
+        "pending_evidence": [
+            (f, evidence_url(f))
+            for f in EvidenceFile.objects.filter(
+                pk__in=pending.evidence if pending else []
+            ).order_by("pk")
+        ],
         "request_form": (bound.get("request") or ResolutionRequestForm())
         if may_resolve and pending is None
         else None,

@@ -44,6 +44,7 @@ from .errors import (
     RevisionRollback,
     StaleFence,
 )
+from .forms import MultipleFileField
 from .jsontext import parse_json
 from .keys import idempotency_key, operation_key
 from .models import ObservationKind
@@ -124,6 +125,7 @@ from .services.operations import (
     operation_record,
     operations_for_effect,
 )
+from .services.resolution_requests import incident_resolve_request
 from .services.resolutions import (
     RESOLVE_PERMISSION,
     IncidentConflict,
@@ -132,7 +134,6 @@ from .services.resolutions import (
     incident_resolve_approve,
     incident_resolve_approve_via_owner,
     incident_resolve_reject,
-    incident_resolve_request,
     incident_resolve_withdraw,
 )
 from .states import (
@@ -193,6 +194,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseView",
     "LedgerDisagrees",
+    "MultipleFileField",
     "ObservationKind",
     "OperationExists",
     "OperationNotFound",

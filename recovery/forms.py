@@ -7,6 +7,24 @@ from django import forms
 from .services.resolutions import MAX_TEXT
 
 
+class MultipleFileInput(forms.FileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several uploaded files; cleans to a list (empty when none was chosen)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        single = super().clean
+        if isinstance(data, (list, tuple)):
+            return [single(item, initial) for item in data]
+        return [single(data, initial)] if data else []
+
+
 class ResolutionRequestForm(forms.Form):
     rationale = forms.CharField(
         label="What was repaired, and how",
@@ -23,6 +41,13 @@ class ResolutionRequestForm(forms.Form):
         "example from an earlier verification. Verification then also demands at least "
         "that many checkpoints. Required when the chain is empty (give 0 if the subject "
         "never had one).",
+    )
+    evidence = MultipleFileField(
+        label="Evidence files (optional)",
+        required=False,
+        help_text="What the repair rests on (a restore log, a comparison, a signed note): "
+        "PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG. Their BLAKE3 fingerprints are recorded "
+        "on the incident's trail; the approver can open them.",
     )
 
 

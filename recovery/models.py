@@ -181,6 +181,12 @@ class IncidentResolution(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
     requested_at = models.DateTimeField()
+    evidence = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Ids of the evidence files the requester attached (their fingerprints "
+        "are in the request's fact on the incident's trail).",
+    )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -15,7 +15,7 @@ from govflow.engine.limits import payload_max_bytes, variables_max_bytes
 from govflow.engine.models import Definition
 from govflow.engine.outputs import ResultField
 from govflow.engine.selectors import definitions_published
-from recovery.api import CanonicalError, DecisionKind, parse_json
+from recovery.api import CanonicalError, DecisionKind, MultipleFileField, parse_json
 
 
 class DefinitionChoiceField(forms.ModelChoiceField):
@@ -88,24 +88,6 @@ class ApprovalForm(forms.Form):
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
     )
-
-
-class MultipleFileInput(forms.FileInput):
-    allow_multiple_selected = True
-
-
-class MultipleFileField(forms.FileField):
-    """Several uploaded files; cleans to a list (empty when none was chosen)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("widget", MultipleFileInput())
-        super().__init__(*args, **kwargs)
-
-    def clean(self, data, initial=None):
-        single = super().clean
-        if isinstance(data, (list, tuple)):
-            return [single(item, initial) for item in data]
-        return [single(data, initial)] if data else []
 
 
 CHECK_PREFIX = "check_"

@@ -31,11 +31,13 @@ __all__ = [
     "evidence_received",
 ]
 
-# Whoever may see a decision's rationale may open its evidence.
+# Whoever may see a decision's rationale, or resolves integrity incidents, may open
+# evidence (a resolution request's files are read by the second person who approves it).
 EVIDENCE_READERS = (
     "recovery.view_decision",
     "recovery.request_decision",
     "recovery.approve_decision",
+    "recovery.resolve_incident",
 )
 
 

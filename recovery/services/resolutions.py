@@ -1,7 +1,8 @@
 """Resolving an integrity incident: four eyes, on a chain that verifies.
 
-1. :func:`incident_resolve_request` — someone with ``recovery.resolve_incident`` says what
-   was repaired and how. The subject's chain must verify already; nothing is resolved.
+1. ``incident_resolve_request`` (in :mod:`.resolution_requests`) — someone with
+   ``recovery.resolve_incident`` says what was repaired and how, with optional evidence.
+   The subject's chain must verify already; nothing is resolved.
 2. :func:`incident_resolve_approve` — a *different* person with the same permission
    approves. The chain is verified again inside the approving transaction: only a clean
    chain resolves the incident; a broken one leaves it open with the newest position and
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 
 from ..canonical import FingerprintKind, fingerprint_value
@@ -40,7 +41,6 @@ __all__ = [
     "incident_resolve_approve",
     "incident_resolve_approve_via_owner",
     "incident_resolve_reject",
-    "incident_resolve_request",
     "incident_resolve_withdraw",
 ]
 
@@ -177,77 +177,6 @@ def _record(resolution: IncidentResolution, kind: str, fact: dict[str, Any]) -> 
         kind=kind,
         fact={"incident": resolution.incident_id, "resolution": resolution.pk, **fact},
     )
-
-
-def _admit_request(rationale: Any, watermark: Any) -> str:
-    """The rationale of a resolution request, stripped; refused with what to write."""
-    rationale = _text(
-        rationale,
-        "rationale",
-        "A resolution request needs a rationale: say what was repaired and how (for "
-        "example which rows were restored from which backup).",
-    )
-    if watermark is not None and (
-        not isinstance(watermark, int) or isinstance(watermark, bool) or watermark < 0
-    ):
-        raise IncidentError("The watermark is a revision: a whole number, 0 or more.")
-    return rationale
-
-
-def incident_resolve_request(
-    *, incident_id: int, requested_by, rationale: str, watermark: int | None = None
-) -> IncidentResolution:
-    """Ask for an open incident to be resolved, saying what was repaired and how.
-
-    The subject's chain must verify now (with ``watermark``, the revision last seen, when
-    given; an empty chain needs one). Nothing is resolved until a second person approves.
-    """
-    _require_perm(requested_by, "request the resolution of an integrity incident")
-    rationale = _admit_request(rationale, watermark)
-    incident = _require_open(
-        IntegrityIncident.objects.select_related("resolved_by").filter(pk=incident_id).first(),
-        incident_id,
-    )
-    # A read: a refused request leaves the incident as it was (a wrong watermark must not
-    # replace the reason it was opened for).
-    verification, problem = _recheck(incident, watermark, refresh=False)
-    if problem:
-        raise IncidentError(
-            f"Incident {incident_id} cannot be resolved yet: {problem}. Repair the cause "
-            "first (for example restore the changed rows from a backup); nothing was "
-            "requested."
-        )
-    try:
-        with transaction.atomic():
-            incident = _locked_open_incident(incident_id)
-            resolution = IncidentResolution.objects.create(
-                incident=incident,
-                rationale=rationale,
-                watermark=watermark,
-                requested_by=requested_by,
-                requested_at=Now(),
-            )
-            _record(
-                resolution,
-                "incident.resolution_requested",
-                {
-                    "subject_type": incident.subject_type,
-                    "subject_id": incident.subject_id,
-                    "position": incident.position,
-                    "reason_fp": _fp(incident.reason),
-                    "requested_by": requested_by.pk,
-                    "rationale_fp": _fp(rationale),
-                    "watermark": watermark,
-                    "revision": verification.length,
-                },
-            )
-    except IntegrityError as exc:
-        raise IncidentConflict(
-            f"A resolution of incident {incident_id} already awaits approval. Approve, "
-            "reject or withdraw that one first."
-        ) from exc
-    resolution.refresh_from_db()
-    return resolution
 
 
 def incident_resolve_approve(*, incident_id: int, approved_by) -> ResolutionOutcome:

@@ -7,6 +7,8 @@ the incident and links to it; the incident's page links back to the instance.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -15,7 +17,7 @@ from django_q.models import OrmQ
 
 from govflow.engine.models import Instance
 from recovery import api
-from recovery.models import IncidentResolution, IntegrityIncident, Operation
+from recovery.models import Checkpoint, IncidentResolution, IntegrityIncident, Operation
 from tests.engine_helpers import subject as subject_of_instance
 from tests.engine_helpers import user_with
 from tests.flows import action, drive, linear, start
@@ -264,3 +266,46 @@ def test_approving_an_instances_incident_in_the_admin_queues_the_instance(rita, 
     assert message.startswith(f"Incident {incident.pk} is resolved: the chain of govflow.instance:")
     assert message.endswith(f"Instance {instance.pk} is queued to continue.")
     assert [row.task["args"] for row in OrmQ.objects.all()] == [(instance.pk,)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resolution_request_carries_evidence_the_approver_opens(rita, rob, broken):
+    from recovery.models import EvidenceFile
+    from tests.integration.test_decisions import PDF, pdf
+    from tests.integration.test_evidence_files import stored_files
+
+    _instance, incident, operation = broken
+    before = stored_files()
+    # Refused while the chain is still broken: nothing recorded, no file kept.
+    response = logged_in(rita).post(
+        action_url("request", incident),
+        {"rationale": RATIONALE, "evidence": [pdf("restore-log.pdf", PDF)]},
+    )
+    assert "cannot be resolved yet" in response.content.decode()
+    assert not EvidenceFile.objects.exists() and stored_files() == before
+
+    repaired(operation)
+    logged_in(rita).post(
+        action_url("request", incident),
+        {"rationale": RATIONALE, "evidence": [pdf("restore-log.pdf", PDF)]},
+        follow=True,
+    )
+    resolution = IncidentResolution.objects.get()
+    evidence = EvidenceFile.objects.get()
+    assert resolution.evidence == [evidence.pk]
+    assert evidence.attached_to == f"recovery.incident:{incident.pk}"
+    assert stored_files() - before, "the file reached the store after the commit"
+    trail = api.incident_trail(incident.pk)
+    (fact,) = Checkpoint.objects.filter(
+        subject_type=trail.type, subject_id=trail.id, kind="incident.resolution_requested"
+    ).values_list("fact", flat=True)
+    assert json.loads(fact)["evidence"] == [evidence.fingerprint]
+
+    html = logged_in(rob).get(page(incident)).content.decode()
+    link = reverse("admin:recovery_decision_evidence", args=[evidence.pk])
+    assert f'href="{link}"' in html and "restore-log.pdf" in html
+    download = logged_in(rob).get(link)
+    assert download.status_code == 200, download.content[:300]
+    assert download["Content-Disposition"].startswith("attachment")
+    assert download["X-Content-Type-Options"] == "nosniff"
+    assert b"".join(download.streaming_content) == PDF

@@ -28,10 +28,10 @@ from recovery.services.incidents import (
     anchors_verify,
     subject_verify,
 )
+from recovery.services.resolution_requests import incident_resolve_request
 from recovery.services.resolutions import (
     RESOLVE_PERMISSION,
     incident_resolve_approve_via_owner,
-    incident_resolve_request,
 )
 from recovery.subjects import Subject
 from recovery.watermarks import ANCHOR_STORE, LEDGER
