@@ -133,8 +133,25 @@ def _timer_entries(instance: Instance, titles: dict[str, str], by_token) -> list
     return entries
 
 
-def _incident_entries(instance: Instance) -> list[Entry]:
+def _incident_entries(instance: Instance, integrity) -> list[Entry]:
     entries = []
+    for incident in integrity:
+        entries.append(
+            Entry(
+                incident.detected_at,
+                "incident",
+                _("Integrity incident #%(pk)s opened") % {"pk": incident.pk},
+                detail=incident.reason[:200],
+            )
+        )
+        if incident.resolved_at:
+            entries.append(
+                Entry(
+                    incident.resolved_at,
+                    "incident",
+                    _("Integrity incident #%(pk)s resolved") % {"pk": incident.pk},
+                )
+            )
     for incident in engine_incidents_of(instance).select_related("resolved_by"):
         entries.append(
             Entry(
@@ -149,12 +166,17 @@ def _incident_entries(instance: Instance) -> list[Entry]:
 
 
 def instance_timeline(
-    instance: Instance, tokens: list[Token], titles: dict[str, str], subject: Subject, operations
+    instance: Instance,
+    tokens: list[Token],
+    titles: dict[str, str],
+    subject: Subject,
+    operations,
+    integrity=(),
 ) -> list[Entry]:
     """Everything that happened to ``instance``, oldest first (ties in a stable order).
 
     ``operations`` are the subject's ledger operations (already read for the page): they
-    name the step of each fact about an operation.
+    name the step of each fact about an operation; ``integrity`` its integrity incidents.
     """
     step_of_key = {op.key: titles.get(op.step_id, op.step_id) for op in operations}
     started_by = instance.started_by.get_username() if instance.started_by_id else ""
@@ -162,7 +184,7 @@ def instance_timeline(
     entries += _step_entries(tokens, titles)
     entries += _chain_entries(subject, step_of_key)
     entries += _timer_entries(instance, titles, {t.pk: t for t in tokens})
-    entries += _incident_entries(instance)
+    entries += _incident_entries(instance, integrity)
     if instance.completed_at:
         entries.append(
             Entry(

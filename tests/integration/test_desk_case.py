@@ -18,6 +18,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from govflow.engine.models import Instance, InstanceStatus, Timer
+from recovery import api
 from tests.flows import action, drive, linear, start
 from tests.integration.test_engine_admin import (
     OPERATOR_PERMS,
@@ -180,3 +181,15 @@ def test_the_instance_page_queries_do_not_grow_with_its_steps(ops):
     small, large = page_queries(5), page_queries(200)
     assert large == small, f"{small} queries for 5 steps, {large} for 200"
     assert large <= 40
+
+
+def test_an_integrity_incident_is_on_the_timeline(ops):
+    instance = blocked()
+    incident = api.incident_report(
+        subject=api.Subject("govflow.instance", str(instance.pk)), reason="A row was edited."
+    )
+    text = ops.get(url("instance_change", instance.pk)).content.decode()
+    timeline = text[text.index('id="timeline"') : text.index('id="graph-heading"')]
+    assert f"Integrity incident #{incident.pk} opened</td><td>—</td><td>A row was edited." in (
+        timeline
+    )

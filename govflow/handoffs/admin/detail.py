@@ -369,7 +369,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "variables": flatten(instance.variables),
         "variables_max": MAX_ROWS,
         "titles": titles,
-        "timeline": instance_timeline(instance, tokens, titles, subject, operations),
+        "timeline": instance_timeline(instance, tokens, titles, subject, operations, integrity),
         "graph": definition_svg(spec, titles, node_states(tokens)),
         "steps": _step_rows(request, instance, tokens, open_by_key, bound, operations, late),
         "operations": operations,
