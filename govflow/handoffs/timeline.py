@@ -17,25 +17,27 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop as N_
 
 from govflow.engine.models import Instance, Timer, Token
 from govflow.engine.selectors import engine_incidents_of
 from recovery.api import Subject, checkpoints_of
 
-# Fact kinds in words; an unknown kind is shown as it is stored.
+# Fact kinds in words (marked for translation, translated when shown); an unknown kind is
+# shown as it is stored.
 FACT_WORDS = {
-    "projection": "Workflow state recorded on the chain",
-    "operation.recorded": "Ledger operation recorded (before dispatch)",
-    "operation.dispatched": "Dispatched to the provider",
-    "operation.observed": "Provider's answer observed",
-    "decision.requested": "Decision requested",
-    "decision.approved": "Decision approved",
-    "decision.rejected": "Decision rejected",
-    "decision.withdrawn": "Decision withdrawn",
-    "engine.incident_resolved": "Engine incident resolved",
-    "engine.migration_requested": "Contract migration requested",
-    "engine.migration_rejected": "Contract migration rejected",
-    "engine.contract_migrated": "Contract migration approved",
+    "projection": N_("Workflow state recorded on the chain"),
+    "operation.recorded": N_("Ledger operation recorded (before dispatch)"),
+    "operation.dispatched": N_("Dispatched to the provider"),
+    "operation.observed": N_("Provider's answer observed"),
+    "decision.requested": N_("Decision requested"),
+    "decision.approved": N_("Decision approved"),
+    "decision.rejected": N_("Decision rejected"),
+    "decision.withdrawn": N_("Decision withdrawn"),
+    "engine.incident_resolved": N_("Engine incident resolved"),
+    "engine.migration_requested": N_("Contract migration requested"),
+    "engine.migration_rejected": N_("Contract migration rejected"),
+    "engine.contract_migrated": N_("Contract migration approved"),
 }
 # The fact fields that name the person who did it.
 ACTOR_FIELDS = ("approved_by", "rejected_by", "withdrawn_by", "resolved_by", "requested_by")
