@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from .errors import ConflictError, EvidenceCorrupt, RecoveryError, RecoveryValidationError
+from .evidence import SIGNATURE_BYTES, inline_type
 from .forms import ResolutionRejectForm, ResolutionRequestForm
 from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
 from .services.evidence import EVIDENCE_READERS, evidence_open
@@ -336,7 +337,9 @@ class DecisionAdmin(ReadOnlyAdmin):
         ]
 
     def evidence_view(self, request, evidence_id: int):
-        """Stream one evidence file, re-hashed first, as a download (never shown inline).
+        """Stream one evidence file, re-hashed first: a download, or with ``?inline=1`` shown
+        in the browser when its content is a PNG, JPEG or PDF (sniffed from its bytes, and
+        it must be the type recorded at upload); everything else is always a download.
 
         403 without a permission that shows decisions; a file that is missing or changed
         is not served: the refusal (and the integrity incident it opened) is shown instead.
@@ -353,13 +356,18 @@ class DecisionAdmin(ReadOnlyAdmin):
             return redirect(back)
         except RecoveryValidationError as exc:
             raise Http404(str(exc)) from None
+        sniffed = inline_type(read.file.read(SIGNATURE_BYTES))
+        read.file.seek(0)
+        inline = request.GET.get("inline") == "1" and sniffed == read.evidence.content_type
         response = FileResponse(
             read.file,
-            as_attachment=True,
+            as_attachment=not inline,
             filename=read.evidence.name,
-            content_type=read.evidence.content_type,
+            content_type=sniffed if inline else read.evidence.content_type,
         )
         response["X-Content-Type-Options"] = "nosniff"
         response["Content-Security-Policy"] = "sandbox"
         response["Cache-Control"] = "private, no-store"
+        # The fingerprint the bytes were just checked against, for the reader to compare.
+        response["X-Evidence-BLAKE3"] = read.evidence.fingerprint
         return response

@@ -44,6 +44,9 @@ from .errors import (
     RevisionRollback,
     StaleFence,
 )
+from .evidence import BINARY_TYPES, INLINE_TYPES, TEXT_TYPES
+from .evidence import max_bytes as evidence_max_bytes
+from .evidence import max_total_bytes as evidence_max_total_bytes
 from .forms import MultipleFileField
 from .jsontext import parse_json
 from .keys import idempotency_key, operation_key
@@ -152,13 +155,16 @@ from .watermarks import ANCHOR_STORE, LEDGER
 
 __all__ = [
     "ANCHOR_STORE",
+    "BINARY_TYPES",
     "EVIDENCE_READERS",
     "INCIDENT_TRAIL",
+    "INLINE_TYPES",
     "LEDGER",
     "OUTCOMES",
     "RESOLVE_PERMISSION",
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
+    "TEXT_TYPES",
     "TRANSITIONS",
     "AnchorIndex",
     "AnchorStore",
@@ -236,6 +242,8 @@ __all__ = [
     "dialect_of",
     "evidence_attach",
     "evidence_files",
+    "evidence_max_bytes",
+    "evidence_max_total_bytes",
     "evidence_open",
     "evidence_received",
     "fact_append",

@@ -58,6 +58,17 @@ class ValidatedEvidence:
     temp_path: str
 
 
+# Types a browser may show inline, recognised by their content (never the name): shown
+# with a sandboxing CSP and nosniff; everything else is a download.
+INLINE_TYPES = ("image/png", "image/jpeg", "application/pdf")
+
+
+def inline_type(head: bytes) -> str:
+    """The content type to show ``head`` (a file's first bytes) inline as, or ""."""
+    kind = filetype.guess(head[:SIGNATURE_BYTES])
+    return kind.mime if kind is not None and kind.mime in INLINE_TYPES else ""
+
+
 def max_bytes() -> int:
     """``RECOVERY_EVIDENCE_MAX_BYTES``: the largest evidence file (default 20 MiB)."""
     return int(getattr(settings, "RECOVERY_EVIDENCE_MAX_BYTES", 20 * 1024 * 1024))

@@ -10,12 +10,23 @@ import json
 from typing import Any
 
 from django import forms
+from django.template.defaultfilters import filesizeformat
+from django.utils.translation import gettext as _
 
 from govflow.engine.limits import payload_max_bytes, variables_max_bytes
 from govflow.engine.models import Definition
 from govflow.engine.outputs import ResultField
 from govflow.engine.selectors import definitions_published
-from recovery.api import CanonicalError, DecisionKind, MultipleFileField, parse_json
+from recovery.api import (
+    BINARY_TYPES,
+    TEXT_TYPES,
+    CanonicalError,
+    DecisionKind,
+    MultipleFileField,
+    evidence_max_bytes,
+    evidence_max_total_bytes,
+    parse_json,
+)
 
 
 class DefinitionChoiceField(forms.ModelChoiceField):
@@ -96,6 +107,19 @@ CONFIRMED = DecisionKind.EFFECT_CONFIRMED
 CONFIRM_REQUIRED = "Required to record effect confirmed."
 
 
+def evidence_help() -> str:
+    """The accepted types and the limits, as the settings set them now."""
+    types = ", ".join(ext.lstrip(".").upper() for ext in {**BINARY_TYPES, **TEXT_TYPES})
+    return _(
+        "One or more files (choose several at once): %(types)s. At most %(one)s per file "
+        "and %(all)s for all files together."
+    ) % {
+        "types": types,
+        "one": filesizeformat(evidence_max_bytes()),
+        "all": filesizeformat(evidence_max_total_bytes()),
+    }
+
+
 class HandoffRequestForm(forms.Form):
     """A decision on an uncertain step: kind, rationale, evidence, the provider's checks,
     and the step's result for *effect confirmed*.
@@ -126,6 +150,7 @@ class HandoffRequestForm(forms.Form):
         required=False,
         help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
     )
+    required_css_class = "required"  # the admin's mark of a required field
 
     def __init__(
         self,
@@ -137,6 +162,7 @@ class HandoffRequestForm(forms.Form):
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["evidence"].help_text = evidence_help()
         if not allow_cancel:  # the instance is cancelled already: only what happened
             self.fields["kind"].choices = [
                 c for c in DecisionKind.choices if c[0] != DecisionKind.CANCEL
@@ -144,9 +170,13 @@ class HandoffRequestForm(forms.Form):
         self.check_ids = []
         for check in checks:
             name = CHECK_PREFIX + check.id
+            # Required for every kind: the desk service refuses a decision without them.
             self.fields[name] = forms.CharField(
                 label=check.instruction,
-                required=False,
+                required=True,
+                error_messages={
+                    "required": f"Answer the provider's verification checks first: {check.id}."
+                },
                 max_length=2000,
                 widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
                 help_text=f"Your finding for check '{check.id}'.",
@@ -265,6 +295,10 @@ class IncidentResolveForm(forms.Form):
         required=False,
         help_text="PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
     )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["evidence"].help_text = evidence_help()
 
 
 class MigrationRequestForm(forms.Form):

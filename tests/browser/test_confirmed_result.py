@@ -88,7 +88,7 @@ def test_the_operator_confirms_register_with_the_application_number_and_the_perm
     operator = browser
     operator.log_in("operator", PASSWORD)
     operator.open(page)
-    step = operator.section("Step 'register'")
+    step = operator.section("Step 'Register the application'")
     assert "Outcome unknown" in step
     assert "Application number" in step and "Registered at" in step
 

@@ -33,11 +33,11 @@ from govflow.engine.selectors import (
     instance_is_active,
     instance_steps,
     instance_subject,
-    node_of,
 )
 from govflow.engine.services.contract_migrations import MIGRATE, migration_candidates
 from govflow.engine.services.definitions import trusted_spec
 from recovery.api import (
+    INLINE_TYPES,
     DecisionKind,
     DecisionState,
     IncidentStatus,
@@ -53,6 +53,7 @@ from recovery.api import (
     provider_findings,
 )
 
+from ..case import HandoffCase, handoff_case
 from ..forms import (
     ApprovalForm,
     CancelForm,
@@ -62,8 +63,11 @@ from ..forms import (
     MigrationRequestForm,
     RejectDecisionForm,
 )
+from ..graph import definition_svg, node_states
+from ..present import MAX_ROWS, flatten, node_titles
 from ..services.desk import result_schema_of
 from ..services.incidents import RESOLVE, open_cases_of
+from ..timeline import instance_timeline
 
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
@@ -92,6 +96,8 @@ class StepRow:
     findings: list = field(default_factory=list)  # what the provider's reconcile/checks said
     may_ask: bool = False  # "Ask the provider now"
     prefilled: bool = False  # the request form starts from the provider's finding
+    title: str = ""  # the node's title from the definition (its id when it has none)
+    case: HandoffCase | None = None  # what an operator deciding an unknown outcome reads
 
 
 @dataclass
@@ -109,13 +115,15 @@ def missing_perms(user, perms) -> str:
     return ", ".join(f"'{p}'" for p in perms if not user.has_perm(p))
 
 
-def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[StepRow]:
+def _step_rows(request, instance: Instance, tokens, open_by_key, bound, ops, late) -> list[StepRow]:
     user = request.user
+    nodes = trusted_spec(instance.definition).nodes
     rows = []
     for token in tokens:
-        node = node_of(instance, token)
+        node = dict(nodes.get(token.node_id, {}))
         action = registry.get(node.get("action", "")) if node.get("type") == "action" else None
         row = StepRow(token=token, node_type=node.get("type", "?"), action=action)
+        row.title = str(node.get("title") or token.node_id)
         if token.state == TokenState.FAILED and instance.status not in NOT_RETRIED:
             row.retry = user.has_perm(OPERATE)
             row.missing = missing_perms(user, (OPERATE,))
@@ -125,6 +133,7 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
             if row.approval_form is None and user.has_perm(row.approval_permission):
                 row.approval_form = ApprovalForm(auto_id=f"id_approval_{token.pk}_%s")
         if token.state == TokenState.OUTCOME_UNKNOWN:
+            row.case = handoff_case(instance, token, node, action, ops, late)
             _uncertain_row(row, instance, node, user, open_by_key, bound)
         rows.append(row)
     return rows
@@ -346,15 +355,25 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         verification, verify_error = None, str(exc)
     active = instance_is_active(instance)
     integrity = list(incidents_of(subject))
+    late = list(observations_of(subject, kind=ObservationKind.LATE))
+    spec = trusted_spec(instance.definition)
+    titles = node_titles(spec)
+    for op in operations:
+        op.step_title = titles.get(op.step_id, op.step_id)
     # Rationales and evidence are the recovery desk's records: shown to its users only.
     see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
     return {
         "instance": instance,
         "subject": subject,
         "variables_json": pretty_json(instance.variables),
-        "steps": _step_rows(request, instance, tokens, open_by_key, bound),
+        "variables": flatten(instance.variables),
+        "variables_max": MAX_ROWS,
+        "titles": titles,
+        "timeline": instance_timeline(instance, tokens, titles, subject, operations, integrity),
+        "graph": definition_svg(spec, titles, node_states(tokens)),
+        "steps": _step_rows(request, instance, tokens, open_by_key, bound, operations, late),
         "operations": operations,
-        "late_answers": list(observations_of(subject, kind=ObservationKind.LATE)),
+        "late_answers": late,
         "decisions": _decision_rows(request, instance, decisions, bound) if see_decisions else [],
         "see_decisions": see_decisions,
         "verification": verification,
@@ -371,5 +390,6 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         else None,
         "cancel_missing": missing_perms(user, (OPERATE,)) if active else "",
         "approve_permission": APPROVE,
+        "inline_types": INLINE_TYPES,
         **_contract_context(request, instance, active, bound),
     }

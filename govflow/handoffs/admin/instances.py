@@ -85,6 +85,12 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         """The operator's page of one instance (replaces the model form: nothing is edited)."""
         return self.render_detail(request, self.get_instance(request, unquote(object_id)))
 
+    def history_view(self, request, object_id, extra_context=None):
+        """The admin's change history is empty here (nothing is edited through forms): the
+        instance's timeline, built from its chain and ledger, is the history."""
+        instance = self.get_instance(request, unquote(object_id))
+        return redirect(self.detail_url(instance.pk) + "#timeline")
+
     def render_detail(self, request, instance: Instance, bound: dict | None = None):
         context = {
             **self.admin_site.each_context(request),
