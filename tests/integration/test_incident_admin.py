@@ -8,6 +8,7 @@ the incident and links to it; the incident's page links back to the instance.
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from django.test import Client
@@ -275,11 +276,13 @@ def test_a_resolution_request_carries_evidence_the_approver_opens(rita, rob, bro
     from tests.integration.test_evidence_files import stored_files
 
     _instance, incident, operation = broken
+    # Content no other test uploads: the store keeps one file per fingerprint.
+    content = PDF + f"% restore log of incident {incident.pk} {uuid.uuid4()}\n".encode()
     before = stored_files()
     # Refused while the chain is still broken: nothing recorded, no file kept.
     response = logged_in(rita).post(
         action_url("request", incident),
-        {"rationale": RATIONALE, "evidence": [pdf("restore-log.pdf", PDF)]},
+        {"rationale": RATIONALE, "evidence": [pdf("restore-log.pdf", content)]},
     )
     assert "cannot be resolved yet" in response.content.decode()
     assert not EvidenceFile.objects.exists() and stored_files() == before
@@ -287,14 +290,14 @@ def test_a_resolution_request_carries_evidence_the_approver_opens(rita, rob, bro
     repaired(operation)
     logged_in(rita).post(
         action_url("request", incident),
-        {"rationale": RATIONALE, "evidence": [pdf("restore-log.pdf", PDF)]},
+        {"rationale": RATIONALE, "evidence": [pdf("restore-log.pdf", content)]},
         follow=True,
     )
     resolution = IncidentResolution.objects.get()
     evidence = EvidenceFile.objects.get()
     assert resolution.evidence == [evidence.pk]
     assert evidence.attached_to == f"recovery.incident:{incident.pk}"
-    assert stored_files() - before, "the file reached the store after the commit"
+    assert stored_files() - before == {evidence.file.name}, "stored after the commit"
     trail = api.incident_trail(incident.pk)
     (fact,) = Checkpoint.objects.filter(
         subject_type=trail.type, subject_id=trail.id, kind="incident.resolution_requested"
@@ -308,4 +311,4 @@ def test_a_resolution_request_carries_evidence_the_approver_opens(rita, rob, bro
     assert download.status_code == 200, download.content[:300]
     assert download["Content-Disposition"].startswith("attachment")
     assert download["X-Content-Type-Options"] == "nosniff"
-    assert b"".join(download.streaming_content) == PDF
+    assert b"".join(download.streaming_content) == content
