@@ -244,7 +244,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # First: its challenge makes a missing credential a 401 with WWW-Authenticate.
         "govflow.api.auth.ApiKeyAuthentication",
-        "rest_framework.authentication.SessionAuthentication",  # CSRF for unsafe methods
+        # CSRF for unsafe methods; privileged sessions write only with a second factor.
+        "govflow.identity.api.SecondFactorSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["govflow.api.permissions.HasScope"],
     "DEFAULT_THROTTLE_CLASSES": [
