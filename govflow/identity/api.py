@@ -7,6 +7,7 @@ otherwise the API would be a way around the admin's gate (publishing a definitio
 
 from __future__ import annotations
 
+from drf_spectacular.authentication import SessionScheme
 from rest_framework import exceptions
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import SAFE_METHODS
@@ -23,3 +24,9 @@ class SecondFactorSessionAuthentication(SessionAuthentication):
         if is_privileged(user) and not is_verified(request._request.user):
             raise exceptions.PermissionDenied(enrol_hint())
         return result
+
+
+class SecondFactorSessionScheme(SessionScheme):
+    """The OpenAPI schema describes it as the session cookie, like DRF's own."""
+
+    target_class = "govflow.identity.api.SecondFactorSessionAuthentication"
