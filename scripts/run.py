@@ -58,6 +58,12 @@ def demo_manage_command() -> str:
     return f"{prefix}{python} manage.py"
 
 
+def demo_totp_keys() -> str:
+    """Give the demo logins an authenticator-app key (made once, kept) and list the keys."""
+    lines = manage("demo_second_factors", capture_output=True, text=True).stdout.splitlines()
+    return "".join(f"    {ln.split()[0]:<10} {ln.split()[1]}\n" for ln in lines if ln.strip())
+
+
 def wait_for_server(proc: subprocess.Popen, timeout: float = 60) -> bool:
     """Wait until the web server accepts connections (or has exited)."""
     deadline = time.monotonic() + timeout
@@ -88,6 +94,7 @@ def main() -> int:
     password = demo_password()
     manage("demo_setup", "--password", password, "--api-key-file", str(API_KEY_FILE))
     api_key = API_KEY_FILE.read_text().strip()
+    totp_keys = demo_totp_keys()
     procs = [
         subprocess.Popen(
             [sys.executable, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
@@ -117,6 +124,9 @@ def main() -> int:
         f"  Operator login:  operator / {password}\n"
         f"  Approver logins: approver / {password}  and  approver2 / {password}\n"
         "    (decisions need a second person: one approver requests, the other approves)\n"
+        "  Second factor (TOTP keys for an authenticator app; development only):\n"
+        f"{totp_keys}"
+        f"    or print the current codes: {demo_manage_command()} demo_second_factors --codes\n"
         f"  REST API key (tenant demo-municipality, every scope; development only):\n"
         f"    {api_key}\n"
         f"    curl -H 'Authorization: Api-Key {api_key}' http://{HOST}:{PORT}/api/v1/me/\n"

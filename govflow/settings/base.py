@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import csp.constants
 import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -26,6 +27,13 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Identity and access (docs/security.md): second factors, login throttling, the CSP.
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "axes",
+    "csp",
+    "govflow.identity",
     "rest_framework",
     "rest_framework_api_key",
     "django_filters",
@@ -44,13 +52,26 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "govflow.identity.middleware.PrivilegedSessionIdle",
+    "govflow.identity.middleware.SecondFactorGate",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a locked-out login into the lock-out page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# django-axes first: a locked-out user or address is refused before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_URL = "/admin/login/"
 
 ROOT_URLCONF = "govflow.urls"
 WSGI_APPLICATION = "govflow.wsgi.application"
@@ -66,6 +87,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "csp.context_processors.nonce",
             ],
         },
     },
@@ -117,6 +139,48 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# -- Identity and access (docs/security.md) ------------------------------------------------
+# Second factor: required for privileged users (govflow/identity/policy.py); "1" requires it
+# of every staff user.
+GOVFLOW_REQUIRE_2FA_FOR_ALL = os.environ.get("GOVFLOW_REQUIRE_2FA_FOR_ALL", "0") == "1"
+OTP_TOTP_ISSUER = os.environ.get("GOVFLOW_OTP_ISSUER", "GovFlow")
+# A privileged session ends after this many seconds without a request (others: 2 weeks).
+GOVFLOW_PRIVILEGED_IDLE_SECONDS = int(os.environ.get("GOVFLOW_PRIVILEGED_IDLE_SECONDS", 15 * 60))
+
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT failures a username is locked,
+# and so is an address, each on its own, for GOVFLOW_LOCKOUT_HOURS (or until an
+# administrator resets it). Every attempt is kept in axes' tables (admin: Axes).
+AXES_FAILURE_LIMIT = int(os.environ.get("GOVFLOW_LOGIN_FAILURE_LIMIT", 5))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_COOLOFF_TIME = float(os.environ.get("GOVFLOW_LOCKOUT_HOURS", 1))
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_LOCKOUT_TEMPLATE = "identity/locked_out.html"
+# Behind a proxy, GOVFLOW_PROXY_COUNT trusted proxies add X-Forwarded-For; without one the
+# socket's address counts (a client cannot choose its address by sending a header).
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("GOVFLOW_PROXY_COUNT", 0)) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
+)
+
+# Content security policy (django-csp): no inline script anywhere; a script that must be
+# inline carries the request's nonce ({{ request.csp_nonce }}). Styles: the admin's own
+# widgets set style attributes, so inline styles stay allowed; scripts never are.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'", csp.constants.NONCE],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -180,7 +244,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # First: its challenge makes a missing credential a 401 with WWW-Authenticate.
         "govflow.api.auth.ApiKeyAuthentication",
-        "rest_framework.authentication.SessionAuthentication",  # CSRF for unsafe methods
+        # CSRF for unsafe methods; privileged sessions write only with a second factor.
+        "govflow.identity.api.SecondFactorSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["govflow.api.permissions.HasScope"],
     "DEFAULT_THROTTLE_CLASSES": [
@@ -260,5 +325,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"axes": {"level": "WARNING"}},
     "root": {"handlers": ["console"], "level": os.environ.get("GOVFLOW_LOG_LEVEL", "INFO")},
 }

@@ -38,3 +38,10 @@ SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# A session ends when the browser closes; privileged ones also after
+# GOVFLOW_PRIVILEGED_IDLE_SECONDS without a request (base settings, docs/security.md).
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+SESSION_COOKIE_AGE = int(os.environ.get("GOVFLOW_SESSION_SECONDS", 8 * 3600))

@@ -6,6 +6,7 @@ import pytest
 
 from govflow.engine.models import Definition
 from tests.flows import action, linear
+from tests.identity import verified_login
 
 from .conftest import assert_problem, waiting_document
 
@@ -142,7 +143,15 @@ def test_a_signed_in_user_publishes_as_themselves(django_user_model):
 
     user = user_with(django_user_model, "author", "engine.publish_definition")
     client = client_with()
-    client.force_login(user)
+    client.force_login(user)  # password only: a publisher needs a second factor to write
+    refused = client.post(
+        "/api/v1/definitions/", waiting_document(key="tests.api_me"), format="json"
+    )
+    assert refused.status_code == 403
+    assert "needs a second factor verified in this login" in refused.json()["detail"]
+    assert not Definition.objects.filter(key="tests.api_me").exists()
+
+    verified_login(client, user)
     response = client.post(
         "/api/v1/definitions/", waiting_document(key="tests.api_me"), format="json"
     )

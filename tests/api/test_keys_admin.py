@@ -12,6 +12,7 @@ from django.test import Client
 from rest_framework_api_key.models import APIKey
 
 from govflow.api.models import ApiKey
+from tests.identity import verified_login
 
 from .conftest import client_with
 
@@ -23,9 +24,7 @@ ADD = "/admin/api/apikey/add/"
 @pytest.fixture
 def admin_client(django_user_model):
     user = django_user_model.objects.create_superuser("root", "root@example.org", "pw")
-    client = Client()
-    client.force_login(user)
-    return client, user
+    return verified_login(Client(), user), user  # managing keys needs a second factor
 
 
 def test_a_key_made_in_the_admin_is_shown_once_and_stored_hashed(admin_client):

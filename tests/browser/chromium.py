@@ -246,10 +246,14 @@ class Browser:
             "the next page to load",
         )
 
-    def log_in(self, username: str, password: str) -> None:
+    def log_in(self, username: str, password: str, code: str | None = None) -> None:
+        """Log in; a privileged user types a fixture recovery code unless ``code`` is given."""
+        from tests.identity import fixture_code
+
         self.open("/admin/login/")
         self.fill("username", username)
         self.fill("password", password)
+        self.fill("otp_token", fixture_code(username) if code is None else code)
         self.press("Log in")
 
     def log_out(self) -> None:

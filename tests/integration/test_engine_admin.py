@@ -20,6 +20,7 @@ from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
 from recovery.models import Decision, Operation
 from tests.flows import action, drive, linear, start
+from tests.identity import verified_login
 from tests.providers.alpha import effects
 
 pytestmark = pytest.mark.django_db
@@ -51,9 +52,8 @@ def make_user(django_user_model, username: str, *perms: str, staff: bool = True)
 
 
 def logged_in(user, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
+    """A client logged in with a second factor verified (the desk's actions need one)."""
+    return verified_login(Client(**kwargs), user)
 
 
 @pytest.fixture

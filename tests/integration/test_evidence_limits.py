@@ -22,6 +22,7 @@ from recovery import api
 from recovery.evidence import CHUNK_BYTES, TEMP_PREFIX, storage_path
 from recovery.models import Decision, EvidenceFile
 from recovery.testing import record
+from tests.identity import verified_login
 from tests.integration.test_decisions import PDF, PNG, assert_nothing_recorded, request
 from tests.integration.test_engine_admin import OPERATOR_PERMS, blocked, make_user
 
@@ -151,8 +152,7 @@ def test_the_same_content_is_stored_once(unknown, requester, approver):
 def test_the_admin_shows_the_total_limit_on_the_form(django_user_model, settings):
     settings.RECOVERY_EVIDENCE_MAX_TOTAL_BYTES = 2 * 1024
     operator = make_user(django_user_model, "olga", *OPERATOR_PERMS)
-    client = Client()
-    client.force_login(operator)
+    client = verified_login(Client(), operator)
     instance = blocked()
     token = instance.tokens.get(node_id="write")
     before = files_in_store()

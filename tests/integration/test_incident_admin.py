@@ -22,6 +22,7 @@ from recovery.models import Checkpoint, IncidentResolution, IntegrityIncident, O
 from tests.engine_helpers import subject as subject_of_instance
 from tests.engine_helpers import user_with
 from tests.flows import action, drive, linear, start
+from tests.identity import verified_login
 
 pytestmark = pytest.mark.django_db
 
@@ -35,9 +36,8 @@ ACTIONS = ["request", "approve", "reject", "withdraw"]
 
 
 def logged_in(user, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
+    """A client logged in with a second factor verified (resolving incidents needs one)."""
+    return verified_login(Client(**kwargs), user)
 
 
 def page(incident) -> str:

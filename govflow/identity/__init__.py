@@ -1,0 +1,1 @@
+"""Identity and access: second factors, login throttling, privileged sessions (issue 14)."""
