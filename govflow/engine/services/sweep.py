@@ -256,7 +256,7 @@ class Sweeper:
 
     def _acquire(self, *, standby: bool) -> Fence | None:
         """Step 1: the sweeper's lease, or None (each attempt owns its commit)."""
-        poll = min(1.0, self.ttl / 4)
+        poll = min(0.5, self.ttl / 4)
         give_up = time.monotonic() + self.ttl + 1
         announced = False
         while not self.stop.is_set():
