@@ -68,12 +68,14 @@ def own_pause_dir(ws, name: str) -> str:
 def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(workspace):
     ws = workspace
     ws.pause("preview")
-    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
-    wait_until_sweeping(first)
     definition = definition_publish(document=linear(action("a"), key="proc.hosts"))
-    # As many instances as host-a has workers: each parks in its step's preview.
+    # As many instances as host-a has workers: each parks in its step's preview. Every
+    # task is queued three times, so both hosts race for the same instances.
     ids = [instance_start(definition=definition, variables={"value": f"h{n}"}).pk for n in (1, 2)]
     ws.watch(*ids)
+    enqueue_many(ids)
+    enqueue_many(ids)
+    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
     held = wait_for(
         lambda: len(leases := live_instance_leases("host-a")) == 2 and leases,
         timeout=60,
@@ -83,13 +85,15 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     marked = Lease.objects.filter(key__in=held).values_list("holder", flat=True)
     assert all(holder.endswith("+pg") for holder in marked), list(marked)
 
-    # The second host races for the same instances: every task is delivered again.
     second = ws.start_cluster(
         GOVFLOW_HOST_ID="host-b", ALPHA_PAUSE_DIR=own_pause_dir(ws, "pause-b"), **LONG
     )
-    wait_for(lambda: len(second.pids()) >= 4, timeout=60, what="host-b's cluster to start")
-    for _ in range(3):
-        enqueue_many(ids)
+    wait_for(
+        lambda: "standing by" in second.log_path.read_text(errors="replace"),
+        timeout=60,
+        what="host-b's sweeper to stand by",
+        explain=ws.report,
+    )
     assert live_instance_leases("host-a") == held, "host-a's parked workers keep their leases"
 
     killed = time.monotonic()
