@@ -245,6 +245,12 @@ def liveness_lock_hold() -> bool:
     return _LOCK.hold()
 
 
+def liveness_lock_disable() -> None:
+    """Give the lock up and take none again in this process (the cluster has stopped)."""
+    _LOCK.enabled = False
+    _LOCK.release()
+
+
 def liveness_lock_release() -> None:
     """Close this process's lock connection, releasing the lock (tests, shutdown)."""
     _LOCK.release()

@@ -79,8 +79,7 @@ def own_lock():
     try:
         yield
     finally:
-        liveness.liveness_lock_release()
-        liveness._LOCK.enabled = False
+        liveness.liveness_lock_disable()
 
 
 def test_a_lease_whose_holders_session_is_gone_is_expired_at_once(pg, settings):
@@ -154,7 +153,7 @@ def test_on_sqlite_no_lock_is_held_and_names_keep_their_form():
         assert not name.endswith(liveness.LOCK_MARK), name
         assert not holder_lock_free(f"{OTHER_HOST}:4242:1{liveness.LOCK_MARK}")
     finally:
-        liveness._LOCK.enabled = False
+        liveness.liveness_lock_disable()
 
 
 def test_the_lock_key_is_two_ints_in_govflows_class():
