@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError, connection, connections
 
-from govflow.engine.models import InstanceStatus, KeptAnswer, TokenState
+from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.services import reconnect, settle
 from govflow.engine.services.runtime import instance_run
 from recovery import api
+from recovery.models import Observation, ObservationKind
 from tests.engine_helpers import token_of
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import effects
@@ -67,7 +68,7 @@ def test_a_dropped_connection_is_recorded_again_and_the_step_completes(monkeypat
     assert calls[:2] == ["Succeeded", "Succeeded"], "recorded again after the drop"
     assert token_of(instance, "a").state == TokenState.COMPLETED
     assert effects.call_count() == 2, "one provider call per step, none repeated"
-    assert not KeptAnswer.objects.exists()
+    assert not Observation.objects.exists(), "no late answer: it was recorded in time"
 
 
 def test_a_terminated_backend_is_recorded_again_on_a_fresh_connection(monkeypatch):
@@ -84,7 +85,11 @@ def test_a_terminated_backend_is_recorded_again_on_a_fresh_connection(monkeypatc
     assert ops.state == api.OperationState.SUCCEEDED
 
 
-def test_an_exhausted_retry_keeps_the_answer_for_the_next_holder(monkeypatch):
+def late_answer(operation_key: str) -> Observation:
+    return Observation.objects.get(operation__key=operation_key, kind=ObservationKind.LATE)
+
+
+def test_an_exhausted_retry_leaves_the_step_unknown_with_the_answer_kept(monkeypatch):
     instance = start(linear(action("a")))
 
     def always_dropped(run, token, node, action_, key, result):
@@ -93,14 +98,14 @@ def test_an_exhausted_retry_keeps_the_answer_for_the_next_holder(monkeypatch):
     monkeypatch.setattr(settle, "_settle_commit", always_dropped)
     with pytest.raises(OperationalError):
         instance_run(instance_id=instance.pk, worker="worker-1")
-    kept = KeptAnswer.objects.get()
-    assert kept.outcome == KeptAnswer.Outcome.SUCCEEDED and kept.output["stored"] == "v1"
+    a = token_of(instance, "a")
+    kept = late_answer(a.operation_key)
+    assert kept.outcome == "succeeded" and kept.values["stored"] == "v1"
     monkeypatch.undo()
-    # The worker released the lease on its way out; the next holder records the kept
-    # answer instead of guessing unknown.
-    assert token_of(instance, "a").state == TokenState.EXECUTING
+    # The next holder finds the step dispatched and unsettled: outcome_unknown, with the
+    # provider's answer on its operation as evidence; the provider is not called again.
     instance = drive(instance)
-    assert instance.status == InstanceStatus.COMPLETED, instance.reason
+    assert token_of(instance, "a").state != TokenState.EXECUTING
     assert effects.call_count() == 1
 
 
@@ -127,7 +132,7 @@ def test_a_lease_lost_meanwhile_leaves_outcome_unknown_with_the_answer_kept(drop
     assert instance.status == InstanceStatus.BLOCKED
     a = token_of(instance, "a")
     assert a.state == TokenState.OUTCOME_UNKNOWN
-    kept = KeptAnswer.objects.get(operation_key=a.operation_key)
-    assert kept.outcome == KeptAnswer.Outcome.SUCCEEDED and kept.output["stored"] == "v1"
-    assert kept.applied_at is None
+    kept = late_answer(a.operation_key)
+    assert kept.outcome == "succeeded" and kept.values["stored"] == "v1"
+    assert not kept.applied
     assert effects.call_count() == 1, "the provider was not called again"

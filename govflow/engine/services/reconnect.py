@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+
 from django.db import InterfaceError, OperationalError, connection
 
 __all__ = ["CONNECTION_RETRIES", "DROPPED", "Reconnect"]
