@@ -18,7 +18,7 @@ from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.queue import enqueue_many
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
-from recovery.models import Lease
+from recovery.models import Lease, Observation, ObservationKind
 from tests.flows import action, linear
 from tests.providers.alpha import effects
 
@@ -27,7 +27,7 @@ from .support import (
     assert_completed_cleanly,
     dump,
     failed_tasks,
-    snapshot,
+    operations_of,
     status,
     token,
     wait_for,
@@ -169,12 +169,12 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
         assert "that process no longer exists" not in second.log_path.read_text(errors="replace")
         assert took <= LEASE_TTL + 2.0, f"took {took:.2f} s"
         assert status(instance.pk) == InstanceStatus.BLOCKED, dump(instance.pk)
-        before = snapshot([instance.pk])
+        before = decided(instance.pk)
     finally:
         os.killpg(first.pgid, signal.SIGCONT)
 
     # The resumed worker holds the provider's answer; its fence is stale, so it changes
-    # nothing the new holder decided.
+    # nothing the new holder decided. Its answer is kept as evidence (a late observation).
     wait_for(
         lambda: (
             "nothing was changed, the current holder carries on"
@@ -184,7 +184,30 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
         what="the resumed worker to be refused by its fence",
         explain=ws.report,
     )
-    assert snapshot([instance.pk]) == before, dump(instance.pk)
+    assert decided(instance.pk) == before, dump(instance.pk)
     assert token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN
+    late = Observation.objects.get(
+        operation__key=token(instance.pk, "a").operation_key, kind=ObservationKind.LATE
+    )
+    assert late.outcome == "succeeded" and late.values["stored"] == "p" and not late.applied
     assert effects.call_count() == 1, "nobody called the provider again"
     assert first.alive() and second.alive()
+
+
+def decided(instance_id: int) -> dict:
+    """What the holder decided: the instance, its steps and its ledger operations."""
+    from govflow.engine.models import Instance, Token
+
+    return {
+        "instance": list(
+            Instance.objects.filter(pk=instance_id).values(
+                "status", "variables", "next_ordinal", "completed_at"
+            )
+        ),
+        "tokens": list(
+            Token.objects.filter(instance_id=instance_id)
+            .order_by("ordinal")
+            .values("node_id", "state", "attempt", "operation_key")
+        ),
+        "operations": list(operations_of(instance_id).values_list("key", "state", "fence")),
+    }
