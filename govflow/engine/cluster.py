@@ -11,6 +11,10 @@ thread holds a database connection would hand the child a copy of that connectio
 of any lock the thread held). So the main thread closes its connections, the cluster is
 started, and only then does the thread start; django-q2 forks nothing else from the main
 process afterwards (the sentinel forks the workers).
+
+On PostgreSQL each process of the cluster that names itself as a lease holder holds its
+liveness lock on a connection of its own (``liveness.py``, ADR 0022), so a sweeper on any
+host sees at once that the cluster was killed.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from django.db import connections
 from django_q.cluster import Cluster
 
+from .liveness import liveness_lock_disable, liveness_lock_enable
 from .services.sweep import Sweeper
 
 log = logging.getLogger("govflow.engine.sweep")
@@ -81,6 +86,16 @@ class SweepingCluster(Cluster):
 
 def cluster_run(*, run_once: bool = False, join_timeout: float = 15.0) -> None:
     """Start the cluster as django-q2's ``qcluster`` does, then sweep until it stops."""
+    # Every process of the cluster (this one, and the workers forked after this) holds
+    # its own liveness lock once it names itself as a lease holder (ADR 0022).
+    liveness_lock_enable()
+    try:
+        _run(run_once=run_once, join_timeout=join_timeout)
+    finally:
+        liveness_lock_disable()
+
+
+def _run(*, run_once: bool, join_timeout: float) -> None:
     stop = threading.Event()
     cluster = SweepingCluster(sweeper_stop=stop)
     # The sentinel is forked from this process: it must not inherit an open connection.

@@ -67,8 +67,9 @@ LEASE_TTL = Setting(
     "steps once a third of it has passed, and every third of it by a background thread "
     "while a provider call runs, so a slow but live call keeps its authority. If the "
     "worker dies, the lease expires after this long — unless the worker was a process of "
-    "the sweeper's own host, whose death the sweeper sees at once "
-    "(`govflow/engine/liveness.py`). If renewal fails (the database was unreachable for a "
+    "the sweeper's own host, or (PostgreSQL) a cluster process whose liveness lock is "
+    "free, whose death the sweeper sees at once (`govflow/engine/liveness.py`, ADR 0022). "
+    "If renewal fails (the database was unreachable for a "
     "whole lease), another worker may take the instance over and record the step "
     "`outcome_unknown`; the first worker's late answer is then refused and changes "
     "nothing. Must be longer than `GOVFLOW_SWEEP_TICK`.",

@@ -34,6 +34,7 @@ from ..variables import apply_output
 from .answers import ladder_wait, late_answer_keep
 from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
 from .dispatch import ChainedDispatchRefused, Next, dispatch_next
+from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
 from .run import Run
 
@@ -57,12 +58,12 @@ MAX_DELAY = 86400.0
 def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, result) -> Next:
     """Commit 2 of a non-atomic step: the observation and the projection together.
 
-    Owns its commit (made again, up to ``SETTLE_ATTEMPTS`` times, if refused for a benign
-    race). The provider has answered, so this commit must not be lost to one: if another
-    writer appended to the instance's chain first (a decision requested on another step,
-    say: ``ChainConflict``), the run's view is reloaded under the same fence and the
-    commit is made again. Anything else that refuses it (a stale fence) ends the run as
-    before, and rehydration decides the step. Returns what the loop does next.
+    Owns its commit. The provider has answered, so a benign race must not lose it: after
+    a chain append by another writer (``ChainConflict``, ``SETTLE_ATTEMPTS`` times) or a
+    dropped database connection (``reconnect``: a fresh one, while the fence is current)
+    the run's view is reloaded under the same fence and the commit is made again. A lost
+    lease or an exhausted retry ends the run with the answer kept as a late observation.
+    Returns what the loop does next.
     """
     result = result_admitted(result, action)
     try:
@@ -73,18 +74,23 @@ def settle(run: Run, token: Token, node, action: ActionDefinition, key: str, res
             # decided by now): the answer is evidence all the same, kept on its operation.
             late_answer_keep(key, token, result, type(exc).__name__)
         raise
+    except DROPPED as exc:
+        # The database stayed unreachable through every retry: keep it if it can be.
+        late_answer_keep(key, token, result, f"no database connection ({type(exc).__name__})")
+        raise
 
 
 def _settle_attempts(run: Run, token: Token, node, action, key: str, result) -> Next:
-    for attempt in range(1, SETTLE_ATTEMPTS + 1):
+    conflicts, reconnect, reload = 0, Reconnect(), False
+    while True:
         try:
+            if reload:
+                token, reload = _reloaded(run, token), False
             return _settle_commit(run, token, node, action, key, result)
         except ChainedDispatchRefused:
             # Only the next step's dispatch was refused: record this outcome without it;
             # the loop then stops at that step in its own commit.
-            run.no_chain = True
-            token = _reloaded(run, token)
-            continue
+            run.no_chain, reload = True, True
         except IntegrityViolation as exc:
             # The outcome itself was refused (a success while an incident is open or the
             # chain is broken). The provider really answered: keep the answer for when
@@ -93,15 +99,19 @@ def _settle_attempts(run: Run, token: Token, node, action, key: str, result) -> 
             stop_for_integrity(run, token, exc, KEPT_NOTE)
             return None
         except ChainConflict:
-            if attempt == SETTLE_ATTEMPTS:
+            conflicts += 1
+            if conflicts >= SETTLE_ATTEMPTS:
                 raise
             log.info(
                 "instance %s: the chain moved during step '%s'; recording its outcome again",
                 run.instance.pk,
                 token.node_id,
             )
-            token = _reloaded(run, token)
-    return None
+            reload = True
+        except DROPPED as exc:
+            if not reconnect.again(exc, str(run.instance.pk)):
+                raise
+            reload = True
 
 
 def output_refusal(action: ActionDefinition, output: Any) -> str:

@@ -44,7 +44,7 @@ from ..conf import (
     sweep_timer_batch,
 )
 from ..db import clock_read, engine_commit, engine_read
-from ..liveness import holder_is_dead, host_id, worker_name
+from ..liveness import LOCK_MARK, holder_is_dead, worker_name
 from ..models import (
     DeliveryState,
     Instance,
@@ -149,22 +149,28 @@ def deliveries_retry(limit: int = 200) -> int:
 
 
 def dead_holders_expire(*, fence: Fence) -> int:
-    """Expire the live leases of this host's processes that no longer exist.
+    """Expire the live instance leases of processes known to be gone.
 
     A worker killed mid-run leaves its instance lease live for up to
-    ``GOVFLOW_LEASE_TTL``; when the holder is a process of this host that is gone, the
-    lease is expired now (``recovery.api.lease_expire``) and the next requeue pass takes
-    the instance over (its lease expired after its last enqueue). django-q2 tasks a dead
-    cluster had claimed stay locked for ``retry`` seconds: when a death was found, every
-    claimed task is handed out again at once (a live cluster's claimed tasks run twice at
-    worst, and the instance lease makes that harmless). Each expiry owns its commit.
+    ``GOVFLOW_LEASE_TTL``. When its holder is known dead (``liveness.holder_is_dead``: a
+    process of this host that no longer exists, or, on PostgreSQL, a worker of any host
+    whose liveness lock is free), the lease is expired now (``recovery.api.lease_expire``,
+    conditional on holder and fence) and the next requeue pass takes the instance over
+    (its lease expired after its last enqueue). Each holder process is judged once per
+    pass. django-q2 tasks a dead cluster had claimed stay locked for ``retry`` seconds:
+    when a death was found, every claimed task is handed out again at once (a live
+    cluster's claimed tasks run twice at worst, and the instance lease makes that
+    harmless). Each expiry owns its commit.
     """
-    prefix = f"{host_id()}:"
     expired = 0
-    live = leases_live().filter(holder__startswith=prefix, key__startswith="instance:")
+    verdicts: dict[str, bool] = {}
+    live = leases_live().filter(key__startswith="instance:")
     for key, holder, number in list(live.values_list("key", "holder", "fence")):
         lease = Fence(key=key, holder=holder, fence=number)
-        if holder_is_dead(lease.holder):
+        process = holder.rpartition(":")[0] + (LOCK_MARK if holder.endswith(LOCK_MARK) else "")
+        if process not in verdicts:
+            verdicts[process] = holder_is_dead(holder)
+        if verdicts[process]:
             lease_require_live(fence=fence, doing="expire a dead holder's lease")
             if lease_expire(fence=lease):
                 log.warning(
@@ -250,13 +256,14 @@ class Sweeper:
 
     def _acquire(self, *, standby: bool) -> Fence | None:
         """Step 1: the sweeper's lease, or None (each attempt owns its commit)."""
-        poll = min(1.0, self.ttl / 4)
+        poll = min(0.5, self.ttl / 4)
         give_up = time.monotonic() + self.ttl + 1
         announced = False
         while not self.stop.is_set():
             lease = lease_current(SWEEPER)
             if lease is not None and holder_is_dead(lease.fence.holder):
-                # Its process is gone (this host): take over now, not at its expiry.
+                # Its process is gone (this host, or its liveness lock is free): take
+                # over now, not at its expiry.
                 if lease_expire(fence=lease.fence):
                     log.warning("the sweeper %s no longer exists; taking over", lease.fence.holder)
                     # Its cluster died with it, and with it the workers that had claimed

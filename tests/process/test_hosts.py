@@ -1,0 +1,213 @@
+"""Clusters on different "hosts": a killed one is taken over through its liveness locks,
+a paused one through its lease's expiry, and a paused worker that resumes changes nothing.
+
+Each cluster gets its own ``GOVFLOW_HOST_ID``, so the same-host check (is that pid still
+running?) never applies between them: only the PostgreSQL advisory lock each cluster
+process holds (ADR 0022) can tell the other cluster's sweeper that a process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from govflow.engine.models import InstanceStatus, TokenState
+from govflow.engine.queue import enqueue_many
+from govflow.engine.services.definitions import definition_publish
+from govflow.engine.services.instances import instance_start
+from recovery.models import Lease, Observation, ObservationKind
+from tests.flows import action, linear
+from tests.providers.alpha import effects
+
+from .support import (
+    FAST,
+    assert_completed_cleanly,
+    dump,
+    failed_tasks,
+    operations_of,
+    status,
+    token,
+    wait_for,
+    wait_status,
+    wait_until_sweeping,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE_TTL = float(FAST["GOVFLOW_LEASE_TTL"])
+# Leases that would take ten minutes to expire: only the liveness locks explain a takeover
+# within seconds. The sweep does not re-enqueue live work on its own either.
+LONG = {
+    "GOVFLOW_LEASE_TTL": "600",
+    "GOVFLOW_SWEEP_LEASE_TTL": "600",
+    "GOVFLOW_REENQUEUE_AFTER": "3600",
+}
+
+
+def live_instance_leases(host: str) -> dict[str, int]:
+    """``{key: fence}`` of the live instance leases held by processes of ``host``."""
+    from django.db.models.functions import Now
+
+    return dict(
+        Lease.objects.filter(
+            key__startswith="instance:", holder__startswith=f"{host}:", expires_at__gt=Now()
+        ).values_list("key", "fence")
+    )
+
+
+def own_pause_dir(ws, name: str) -> str:
+    """A pause folder nobody writes to: that cluster's workers never park."""
+    folder = ws.tmp_path / name
+    folder.mkdir(exist_ok=True)
+    return str(folder)
+
+
+def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(workspace):
+    ws = workspace
+    ws.pause("preview")
+    definition = definition_publish(document=linear(action("a"), key="proc.hosts"))
+    # As many instances as host-a has workers: each parks in its step's preview. Every
+    # task is queued three times, so both hosts race for the same instances.
+    ids = [instance_start(definition=definition, variables={"value": f"h{n}"}).pk for n in (1, 2)]
+    ws.watch(*ids)
+    enqueue_many(ids)
+    enqueue_many(ids)
+    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
+    held = wait_for(
+        lambda: len(leases := live_instance_leases("host-a")) == 2 and leases,
+        timeout=60,
+        what="both workers of host-a parked in a step's preview, each holding a lease",
+        explain=ws.report,
+    )
+    marked = Lease.objects.filter(key__in=held).values_list("holder", flat=True)
+    assert all(holder.endswith("+pg") for holder in marked), list(marked)
+
+    second = ws.start_cluster(
+        GOVFLOW_HOST_ID="host-b", ALPHA_PAUSE_DIR=own_pause_dir(ws, "pause-b"), **LONG
+    )
+    wait_for(
+        lambda: "standing by" in second.log_path.read_text(errors="replace"),
+        timeout=60,
+        what="host-b's sweeper to stand by",
+        explain=ws.report,
+    )
+    assert live_instance_leases("host-a") == held, "host-a's parked workers keep their leases"
+
+    killed = time.monotonic()
+    first.kill()
+
+    def taken_over() -> bool:
+        fences = dict(Lease.objects.filter(key__in=held).values_list("key", "fence"))
+        return all(fences[key] > fence for key, fence in held.items())
+
+    wait_for(
+        taken_over,
+        timeout=30,
+        interval=0.02,
+        what="host-b to take host-a's leases over",
+        explain=ws.report,
+    )
+    took = time.monotonic() - killed
+    print(f"\n[host-b took host-a's {len(held)} leases over {took:.2f} s after the SIGKILL]")
+    assert took <= 2.0, f"took {took:.2f} s"
+
+    ws.unpause("preview")
+    for pk in ids:
+        wait_status(ws, pk, InstanceStatus.COMPLETED)
+        assert_completed_cleanly(pk)
+    # Killed before the dispatch boundary: one provider call per instance, none repeated.
+    assert effects.call_count() == len(ids)
+    assert all(calls == 1 for _, _, calls in effects.effects()), effects.effects()
+    assert failed_tasks() == []
+    assert second.alive()
+    refused = second.log_path.read_text(errors="replace").count("lease held by another worker")
+    print(f"[host-b found a lease held by another worker {refused} time(s)]")
+
+
+def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when_resumed(
+    workspace,
+):
+    ws = workspace
+    ws.pause("after_effect")
+    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", GOVFLOW_REENQUEUE_AFTER="3600")
+    wait_until_sweeping(first)
+    instance = instance_start(
+        definition=definition_publish(document=linear(action("a"), action("b"), key="proc.pause")),
+        variables={"value": "p"},
+    )
+    ws.watch(instance.pk)
+    wait_for(
+        lambda: ws.reached("after_effect"),
+        timeout=60,
+        what="a worker of host-a parked after step a's effect",
+        explain=ws.report,
+    )
+    second = ws.start_cluster(
+        GOVFLOW_HOST_ID="host-b",
+        GOVFLOW_REENQUEUE_AFTER="3600",
+        ALPHA_PAUSE_DIR=own_pause_dir(ws, "pause-b"),
+    )
+    wait_for(lambda: len(second.pids()) >= 4, timeout=60, what="host-b's cluster to start")
+
+    paused = time.monotonic()
+    os.killpg(first.pgid, signal.SIGSTOP)
+    ws.unpause("after_effect")  # what the paused worker finds when it resumes
+    try:
+        wait_for(
+            lambda: token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN,
+            timeout=60,
+            interval=0.05,
+            what="host-b to take the paused worker's instance over",
+            explain=ws.report,
+        )
+        took = time.monotonic() - paused
+        print(f"\n[host-b took the paused worker's instance over {took:.2f} s after SIGSTOP]")
+        # Its lock is still held: no early expiry, the lease ran out (ttl + 2 s at most).
+        assert "that process no longer exists" not in second.log_path.read_text(errors="replace")
+        assert took <= LEASE_TTL + 2.0, f"took {took:.2f} s"
+        assert status(instance.pk) == InstanceStatus.BLOCKED, dump(instance.pk)
+        before = decided(instance.pk)
+    finally:
+        os.killpg(first.pgid, signal.SIGCONT)
+
+    # The resumed worker holds the provider's answer; its fence is stale, so it changes
+    # nothing the new holder decided. Its answer is kept as evidence (a late observation).
+    wait_for(
+        lambda: (
+            "nothing was changed, the current holder carries on"
+            in first.log_path.read_text(errors="replace")
+        ),
+        timeout=60,
+        what="the resumed worker to be refused by its fence",
+        explain=ws.report,
+    )
+    assert decided(instance.pk) == before, dump(instance.pk)
+    assert token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN
+    late = Observation.objects.get(
+        operation__key=token(instance.pk, "a").operation_key, kind=ObservationKind.LATE
+    )
+    assert late.outcome == "succeeded" and late.values["stored"] == "p" and not late.applied
+    assert effects.call_count() == 1, "nobody called the provider again"
+    assert first.alive() and second.alive()
+
+
+def decided(instance_id: int) -> dict:
+    """What the holder decided: the instance, its steps and its ledger operations."""
+    from govflow.engine.models import Instance, Token
+
+    return {
+        "instance": list(
+            Instance.objects.filter(pk=instance_id).values(
+                "status", "variables", "next_ordinal", "completed_at"
+            )
+        ),
+        "tokens": list(
+            Token.objects.filter(instance_id=instance_id)
+            .order_by("ordinal")
+            .values("node_id", "state", "attempt", "operation_key")
+        ),
+        "operations": list(operations_of(instance_id).values_list("key", "state", "fence")),
+    }
