@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, Http404, HttpResponseNotAllowed
+from django.http import FileResponse, Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -29,10 +29,21 @@ from .services.resolutions import (
     incident_resolve_withdraw,
 )
 from .states import IncidentStatus, ResolutionState
-from .subjects import Subject, subject_types
+from .subjects import Subject, subject_types, subjects_visible
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    subject_fields: tuple[str, str] | None = ("subject_type", "subject_id")
+    """The fields naming a row's subject, to show each user only the subjects it may see;
+    None: the rows name no subject (shown only to users who may see every subject)."""
+
+    def get_queryset(self, request):
+        rows = super().get_queryset(request)
+        if self.subject_fields is None:
+            return rows if subject_types.visible_to(request.user) is None else rows.none()
+        shown = subjects_visible(request.user, *self.subject_fields)
+        return rows if shown is None else rows.filter(shown)
+
     def has_add_permission(self, request, obj=None):
         return False
 
@@ -72,6 +83,7 @@ class CheckpointAdmin(ReadOnlyAdmin):
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
+    subject_fields = None  # a lease's key is the host's; a narrowed user sees none
     list_display = ("key", "holder", "fence", "acquired_at", "expires_at", "released_at")
     search_fields = ("key", "holder")
 
@@ -150,7 +162,9 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
         """
         incident = self.get_incident(request, incident_id, act=True)
         if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+            # A reload of the page a validation error rendered at this URL: show the
+            # incident's page again (never a bare 405).
+            return redirect(reverse("admin:recovery_integrityincident_change", args=[incident.pk]))
         if form is not None and not form.is_valid():
             return self.render_incident(request, incident, {slot: form})
         try:
@@ -315,6 +329,7 @@ class EvidenceInline(admin.TabularInline):
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
+    subject_fields = ("operation__subject_type", "operation__subject_id")
     list_display = (
         "id",
         "operation",
@@ -335,6 +350,24 @@ class DecisionAdmin(ReadOnlyAdmin):
             *super().get_urls(),
         ]
 
+    def evidence_visible(self, request, evidence_id: int) -> bool:
+        """Whether the user may see the subject the evidence file is about (its decision's,
+        or the one it is attached to); an unknown id is left to ``evidence_open``."""
+        if subject_types.visible_to(request.user) is None:
+            return True
+        evidence = EvidenceFile.objects.filter(pk=evidence_id).first()
+        if evidence is None:
+            return True
+        if evidence.decision_id is not None:
+            return self.get_queryset(request).filter(pk=evidence.decision_id).exists()
+        subject = Subject.parse(evidence.attached_to)
+        shown = subjects_visible(request.user, "subject_type", "subject_id")
+        return (
+            Checkpoint.objects.filter(subject_type=subject.type, subject_id=subject.id)
+            .filter(shown)
+            .exists()
+        )
+
     def evidence_view(self, request, evidence_id: int):
         """Stream one evidence file, re-hashed first, as a download (never shown inline).
 
@@ -343,6 +376,8 @@ class DecisionAdmin(ReadOnlyAdmin):
         """
         if not any(request.user.has_perm(p) for p in EVIDENCE_READERS):
             raise PermissionDenied
+        if not self.evidence_visible(request, evidence_id):
+            raise Http404(f"No evidence file has id {evidence_id}.")
         try:
             read = evidence_open(evidence_id=evidence_id, user=request.user)
         except EvidenceCorrupt as exc:

@@ -14,6 +14,8 @@ from django.utils import timezone
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
+from govflow.engine.tenancy import scope
+
 from .models import ApiKey
 from .scopes import SCOPES, TASK_SCOPE
 
@@ -83,6 +85,10 @@ class ApiKeyAdmin(APIKeyModelAdmin):
     list_filter = ("tenant", "revoked", "created")
     search_fields = ("name", "prefix", "tenant")
     actions = ["revoke"]
+
+    def get_queryset(self, request):
+        """Only the keys of the user's tenants (ADR 0018)."""
+        return scope(super().get_queryset(request), request.user)
 
     def get_fieldsets(self, request, obj=None):
         main = ["name", "tenant", "scope_choices", "task_topics", "expiry_date"]
