@@ -44,6 +44,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         shown = subjects_visible(request.user, *self.subject_fields)
         return rows if shown is None else rows.filter(shown)
 
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        """A row the user may not see, or that does not exist, is 404 (not a redirect)."""
+        raise Http404(f"No {opts.verbose_name} has id {object_id}.")
+
     def has_add_permission(self, request, obj=None):
         return False
 

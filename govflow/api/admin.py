@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.http import Http404
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from rest_framework_api_key.admin import APIKeyModelAdmin
@@ -89,6 +90,10 @@ class ApiKeyAdmin(APIKeyModelAdmin):
     def get_queryset(self, request):
         """Only the keys of the user's tenants (ADR 0018)."""
         return scope(super().get_queryset(request), request.user)
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        """Another tenant's key, or none, is 404 (not a redirect home)."""
+        raise Http404(f"No API key has id {object_id}.")
 
     def get_fieldsets(self, request, obj=None):
         main = ["name", "tenant", "scope_choices", "task_topics", "expiry_date"]
