@@ -282,10 +282,29 @@ def test_lists_show_only_my_tenants_rows(django_user_model, world, name, route):
     stranger = client_of(member(django_user_model, "sven", "south", *ROLES))
     response = stranger.get(url_for(name, route, world))
     if response.status_code == 403:  # the demo's notes need the demo's own permission
-        assert not stranger.get(change).status_code == 200
+        assert stranger.get(change).status_code != 200
         return
     assert response.status_code == 200
     assert change not in response.content.decode()
     # The row is there, for whoever may see it (a superuser sees every tenant's).
     root = django_user_model.objects.create_superuser("root", password="pw")
     assert change in client_of(root).get(url_for(name, route, world)).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "route"), [c for c in cases() if is_post_only(c[0])], ids=lambda v: str(v)
+)
+def test_a_get_on_an_action_goes_back_to_its_page_never_a_bare_405(
+    django_user_model, world, name, route
+):
+    """A reload of the page a validation error rendered at an action's URL."""
+    rita = client_of(django_user_model.objects.get(username="rita"))
+    response = rita.get(url_for(name, route, world))
+    assert response.status_code != 405
+    if name.startswith("engine_instance_") and "migration_" not in name:
+        page = reverse("admin:engine_instance_change", args=[world["instance"]])
+        assert (response.status_code, response["Location"]) == (302, page)
+        assert rita.get(page).status_code == 200
+    elif name.startswith("recovery_integrityincident_"):
+        page = reverse("admin:recovery_integrityincident_change", args=[world["integrityincident"]])
+        assert (response.status_code, response["Location"]) == (302, page)
