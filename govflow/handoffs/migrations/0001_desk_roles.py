@@ -34,7 +34,7 @@ APPROVER = [
 AUDITOR = [*VIEW_ENGINE, *VIEW_RECOVERY, ("api", "view_apikey")]
 ADMINISTRATOR = [
     *AUDITOR,
-    ("engine", "add_definition"),
+    ("engine", "publish_definition"),
     ("engine", "start_instance"),
     ("engine", "operate_instance"),
     ("api", "add_apikey"),
