@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from govflow.engine.tenancy import tenant_group_name
+from govflow.handoffs.roles import roles_install
 
 DEMO_TENANT = "demo-municipality"  # demo_start's default tenant
 DEMO_KEY_NAME = "demo integration"
@@ -59,6 +60,7 @@ class Command(BaseCommand):
     @transaction.atomic
     def _logins(self, password: str) -> None:
         users = get_user_model()
+        roles_install(Group, Permission)  # as the migration did (a flushed database lost them)
         tenant, _ = Group.objects.get_or_create(name=tenant_group_name(DEMO_TENANT))
         for username, roles, perms in LOGINS:
             user, _ = users.objects.get_or_create(username=username)
