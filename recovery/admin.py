@@ -33,9 +33,8 @@ from .subjects import Subject, subject_types, subjects_visible
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    # The fields naming a row's subject (a user sees the subjects it may); None: no subject.
     subject_fields: tuple[str, str] | None = ("subject_type", "subject_id")
-    """The fields naming a row's subject, to show each user only the subjects it may see;
-    None: the rows name no subject (shown only to users who may see every subject)."""
 
     def get_queryset(self, request):
         rows = super().get_queryset(request)
@@ -365,12 +364,8 @@ class DecisionAdmin(ReadOnlyAdmin):
         if evidence.decision_id is not None:
             return self.get_queryset(request).filter(pk=evidence.decision_id).exists()
         subject = Subject.parse(evidence.attached_to)
-        shown = subjects_visible(request.user, "subject_type", "subject_id")
-        return (
-            Checkpoint.objects.filter(subject_type=subject.type, subject_id=subject.id)
-            .filter(shown)
-            .exists()
-        )
+        chain = Checkpoint.objects.filter(subject_type=subject.type, subject_id=subject.id)
+        return chain.filter(subjects_visible(request.user, "subject_type", "subject_id")).exists()
 
     def evidence_view(self, request, evidence_id: int):
         """Stream one evidence file, re-hashed first, as a download (never shown inline).
