@@ -8,20 +8,19 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, Http404, HttpResponseNotAllowed
+from django.http import FileResponse, Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from .admin_pages import evidence_url, incident_context
 from .errors import ConflictError, EvidenceCorrupt, RecoveryError, RecoveryValidationError
 from .evidence import SIGNATURE_BYTES, inline_type
 from .forms import ResolutionRejectForm, ResolutionRequestForm
 from .models import Checkpoint, Decision, EvidenceFile, IntegrityIncident, Lease, Operation
 from .services.evidence import EVIDENCE_READERS, evidence_open
-from .services.facts import incident_trail
-from .services.incidents import subject_check
 from .services.resolution_requests import incident_resolve_request
 from .services.resolutions import (
     RESOLVE_PERMISSION,
@@ -29,11 +28,24 @@ from .services.resolutions import (
     incident_resolve_reject,
     incident_resolve_withdraw,
 )
-from .states import IncidentStatus, ResolutionState
-from .subjects import Subject, subject_types
+from .subjects import Subject, subject_types, subjects_visible
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    # The fields naming a row's subject (a user sees the subjects it may); None: no subject.
+    subject_fields: tuple[str, str] | None = ("subject_type", "subject_id")
+
+    def get_queryset(self, request):
+        rows = super().get_queryset(request)
+        if self.subject_fields is None:
+            return rows if subject_types.visible_to(request.user) is None else rows.none()
+        shown = subjects_visible(request.user, *self.subject_fields)
+        return rows if shown is None else rows.filter(shown)
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        """A row the user may not see, or that does not exist, is 404 (not a redirect)."""
+        raise Http404(f"No {opts.verbose_name} has id {object_id}.")
+
     def has_add_permission(self, request, obj=None):
         return False
 
@@ -73,6 +85,7 @@ class CheckpointAdmin(ReadOnlyAdmin):
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
+    subject_fields = None  # a lease's key is the host's; a narrowed user sees none
     list_display = ("key", "holder", "fence", "acquired_at", "expires_at", "released_at")
     search_fields = ("key", "holder")
 
@@ -151,7 +164,9 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
         """
         incident = self.get_incident(request, incident_id, act=True)
         if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+            # A reload of the page a validation error rendered at this URL: show the
+            # incident's page again (never a bare 405).
+            return redirect(reverse("admin:recovery_integrityincident_change", args=[incident.pk]))
         if form is not None and not form.is_valid():
             return self.render_incident(request, incident, {slot: form})
         try:
@@ -238,60 +253,6 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
         )
 
 
-def incident_context(request, incident: IntegrityIncident, bound: dict) -> dict:
-    """What the incident's page shows: reads only."""
-    user = request.user
-    subject = Subject(incident.subject_type, incident.subject_id)
-    kind = subject_types.get(subject.type)
-    resolutions = list(
-        incident.resolutions.select_related("requested_by", "decided_by").order_by(
-            "requested_at", "pk"
-        )
-    )
-    pending = next((r for r in resolutions if r.state == ResolutionState.REQUESTED), None)
-    is_open = incident.status == IncidentStatus.OPEN
-    may_resolve = is_open and user.has_perm(RESOLVE_PERMISSION)
-    try:  # against the anchors too, as a resolution request will be
-        verification, verify_error = (subject_check(subject) if is_open else None), ""
-    except RecoveryError as exc:  # e.g. chain keys missing, anchor store unreadable
-        verification, verify_error = None, str(exc)
-    trail = incident_trail(incident.pk)
-    return {
-        "incident": incident,
-        "subject": subject,
-        "subject_label": kind.label if kind else subject.type,
-        "subject_url": subject_types.url_of(subject),
-        "verification": verification if is_open else None,
-        "verify_error": verify_error if is_open else "",
-        "resolutions": resolutions,
-        "pending": pending,
-        "pending_evidence": [
-            (f, evidence_url(f))
-            for f in EvidenceFile.objects.filter(
-                pk__in=pending.evidence if pending else []
-            ).order_by("pk")
-        ],
-        "request_form": (bound.get("request") or ResolutionRequestForm())
-        if may_resolve and pending is None
-        else None,
-        "may_decide": may_resolve and pending is not None and pending.requested_by_id != user.pk,
-        "may_withdraw": may_resolve and pending is not None and pending.requested_by_id == user.pk,
-        "reject_form": bound.get("reject") or ResolutionRejectForm(),
-        "trail": trail,
-        "trail_facts": list(
-            Checkpoint.objects.filter(subject_type=trail.type, subject_id=trail.id)
-            .order_by("seq")
-            .values("seq", "kind", "recorded_at")
-        ),
-        "resolve_permission": RESOLVE_PERMISSION,
-    }
-
-
-def evidence_url(evidence: EvidenceFile) -> str:
-    """Where a permitted person opens an evidence file: the checked view, never a media URL."""
-    return reverse("admin:recovery_decision_evidence", args=[evidence.pk])
-
-
 class EvidenceInline(admin.TabularInline):
     model = EvidenceFile
     fields = ("open_link", "content_type", "size", "fingerprint", "uploaded_at")
@@ -316,6 +277,7 @@ class EvidenceInline(admin.TabularInline):
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
+    subject_fields = ("operation__subject_type", "operation__subject_id")
     list_display = (
         "id",
         "operation",
@@ -336,6 +298,20 @@ class DecisionAdmin(ReadOnlyAdmin):
             *super().get_urls(),
         ]
 
+    def evidence_visible(self, request, evidence_id: int) -> bool:
+        """Whether the user may see the subject the evidence file is about (its decision's,
+        or the one it is attached to); an unknown id is left to ``evidence_open``."""
+        if subject_types.visible_to(request.user) is None:
+            return True
+        evidence = EvidenceFile.objects.filter(pk=evidence_id).first()
+        if evidence is None:
+            return True
+        if evidence.decision_id is not None:
+            return self.get_queryset(request).filter(pk=evidence.decision_id).exists()
+        subject = Subject.parse(evidence.attached_to)
+        chain = Checkpoint.objects.filter(subject_type=subject.type, subject_id=subject.id)
+        return chain.filter(subjects_visible(request.user, "subject_type", "subject_id")).exists()
+
     def evidence_view(self, request, evidence_id: int):
         """Stream one evidence file, re-hashed first: a download, or with ``?inline=1`` shown
         in the browser when its content is a PNG, JPEG or PDF (sniffed from its bytes, and
@@ -346,6 +322,8 @@ class DecisionAdmin(ReadOnlyAdmin):
         """
         if not any(request.user.has_perm(p) for p in EVIDENCE_READERS):
             raise PermissionDenied
+        if not self.evidence_visible(request, evidence_id):
+            raise Http404(f"No evidence file has id {evidence_id}.")
         try:
             read = evidence_open(evidence_id=evidence_id, user=request.user)
         except EvidenceCorrupt as exc:

@@ -130,6 +130,21 @@ def decisions_awaiting(*, operation_keys: list[str]) -> dict[str, Decision]:
     return {decision.operation.key: decision for decision in found}
 
 
+def decisions_requested() -> QuerySet[Decision]:
+    """Every decision awaiting approval, oldest first, with its operation and requester (for
+    a host's work queue, which narrows it to its own subjects)."""
+    return (
+        Decision.objects.filter(state=DecisionState.REQUESTED)
+        .select_related("operation", "requested_by")
+        .order_by("requested_at", "pk")
+    )
+
+
+def operation_keys_of_action(action: str) -> QuerySet[Operation]:
+    """The keys of the operations of ``action``, as a subquery (``.values("key")``)."""
+    return Operation.objects.filter(action=action).values("key")
+
+
 def decision_awaiting_exists(operation_key: Any) -> Exists:
     """A subquery expression: a decision awaits approval for ``operation_key`` (an
     ``OuterRef`` or a value), for filtering the caller's own querysets."""
@@ -170,6 +185,13 @@ def incidents_of(subject: Subject, *, open_only: bool = False) -> QuerySet[Integ
     return incidents.filter(status=IncidentStatus.OPEN) if open_only else incidents
 
 
+def incidents_open() -> QuerySet[IntegrityIncident]:
+    """Every open integrity incident, oldest first."""
+    return IntegrityIncident.objects.filter(status=IncidentStatus.OPEN).order_by(
+        "detected_at", "pk"
+    )
+
+
 def checkpoints_of(subject: Subject) -> QuerySet[Checkpoint]:
     """The checkpoints of ``subject``'s chain, in chain order, for display.
 
@@ -188,6 +210,12 @@ def leases_held() -> QuerySet[Lease]:
 def leases_live() -> QuerySet[Lease]:
     """Leases whose holder may act now: held, and not expired by the database clock."""
     return leases_held().filter(expires_at__gt=Now())
+
+
+def leases_stale() -> QuerySet[Lease]:
+    """Leases still held but expired by the database clock (a holder that stopped), oldest
+    expiry first."""
+    return leases_held().filter(expires_at__lte=Now()).order_by("expires_at", "key")
 
 
 def lease_is_live(fence: Fence) -> bool:

@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
+
 from .errors import RecoveryValidationError
 
 
@@ -59,6 +61,10 @@ class SubjectType:
     label: str
     url: Callable[[Subject], str | None] | None = None
     resolve_approve: Callable[..., Any] | None = None
+    visible: Callable[[Any], Any] | None = None
+    """``visible(user)``: the ids of the subjects of this type ``user`` may see, as a
+    subquery of strings (e.g. ``.values("sid")``), or None for every one. Without it, every
+    user who may see the records sees every subject of the type."""
 
 
 class SubjectTypes:
@@ -78,6 +84,7 @@ class SubjectTypes:
         label: str,
         url: Callable[[Subject], str | None] | None = None,
         resolve_approve: Callable[..., Any] | None = None,
+        visible: Callable[[Any], Any] | None = None,
     ) -> SubjectType:
         if not isinstance(name, str) or not name or len(name) > 100:
             raise RecoveryValidationError(
@@ -87,12 +94,22 @@ class SubjectTypes:
             raise RecoveryValidationError(
                 f"Subject type {name!r} is already registered; each type has one owner."
             )
-        kind = SubjectType(name, label, url, resolve_approve)
+        kind = SubjectType(name, label, url, resolve_approve, visible)
         self._types[name] = kind
         return kind
 
     def get(self, name: str) -> SubjectType | None:
         return self._types.get(name)
+
+    def visible_to(self, user) -> dict[str, Any] | None:
+        """The subject types whose subjects ``user`` may see only some of, each with the
+        subquery of those ids; None when ``user`` may see every subject."""
+        narrowed = {}
+        for kind in self._types.values():
+            ids = kind.visible(user) if kind.visible else None
+            if ids is not None:
+                narrowed[kind.name] = ids
+        return narrowed or None
 
     def url_of(self, subject: Subject) -> str | None:
         """The host's page of ``subject``, or None when its type registered none."""
@@ -122,6 +139,21 @@ def subject_type_register(
     label: str,
     url: Callable[[Subject], str | None] | None = None,
     resolve_approve: Callable[..., Any] | None = None,
+    visible: Callable[[Any], Any] | None = None,
 ) -> SubjectType:
     """Register a kind of subject with the recovery core (see :class:`SubjectType`)."""
-    return subject_types.register(name, label=label, url=url, resolve_approve=resolve_approve)
+    return subject_types.register(
+        name, label=label, url=url, resolve_approve=resolve_approve, visible=visible
+    )
+
+
+def subjects_visible(user, type_field: str, id_field: str) -> Q | None:
+    """A filter on ``type_field``/``id_field`` for the subjects ``user`` may see (a host
+    narrows its subject types with ``visible``, e.g. to the user's tenants); None: all."""
+    narrowed = subject_types.visible_to(user)
+    if narrowed is None:
+        return None
+    shown = ~Q(**{f"{type_field}__in": list(narrowed)})
+    for name, ids in narrowed.items():
+        shown |= Q(**{type_field: name, f"{id_field}__in": ids})
+    return shown

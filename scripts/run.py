@@ -4,9 +4,11 @@ Migrates the SQLite database, creates the demo logins (an operator and two appro
 because decisions need a second person), publishes the demo workflows and makes a
 demo API key for the demo tenant (kept in var/ like the password), starts
 the development web server and a django-q2 worker cluster (each in its own process group),
-waits until the server answers, prints the URL, the credentials and how to start a demo
-instance, and stops both on Ctrl-C. ``GOVFLOW_VAR_DIR`` moves the database, the
-credentials and the demo registry elsewhere (``var/`` by default).
+waits until the server answers and the cluster runs, then prints — last, between two rules —
+the URL, the credentials and how to start a demo instance, and stops both within 5 s on
+Ctrl-C (SIGTERM to each process group, SIGKILL after a grace of 2.5 s).
+``GOVFLOW_VAR_DIR`` moves the database, the credentials and the demo registry elsewhere
+(``var/`` by default).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,69 +67,93 @@ def demo_totp_keys() -> str:
     return "".join(f"    {ln.split()[0]:<10} {ln.split()[1]}\n" for ln in lines if ln.strip())
 
 
-def wait_for_server(proc: subprocess.Popen, timeout: float = 60) -> bool:
-    """Wait until the web server accepts connections (or has exited)."""
+STOP_GRACE = 2.5
+"""Seconds the children get to stop on SIGTERM before their process groups are killed:
+Ctrl-C ends ``make run`` within 5 s even when a worker is in the middle of a task (the
+engine's steps are durable: an interrupted one is recovered by the next run)."""
+
+
+class Child:
+    """A command in a process group of its own, its output forwarded line by line to ours
+    (held back while the banner is being printed, so the banner is never cut in two)."""
+
+    def __init__(self, name: str, argv: list[str], lock: threading.Lock) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        self._lock = lock
+        threading.Thread(target=self._forward, daemon=True).start()
+
+    def _forward(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            with self._lock:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+
+    def said(self, *words: str) -> bool:
+        return any(all(w in line for w in words) for line in list(self.lines))
+
+
+def wait_until(condition, procs: list[Child], timeout: float) -> bool:
+    """Wait until ``condition()`` holds (False when a child exits or time runs out)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        with contextlib.suppress(OSError), socket.create_connection((HOST, int(PORT)), timeout=1):
+    while time.monotonic() < deadline:
+        if condition():
             return True
-        time.sleep(0.3)
+        if any(child.proc.poll() is not None for child in procs):
+            return False
+        time.sleep(0.1)
+    return condition()
+
+
+def server_answers() -> bool:
+    """The web server answers an HTTP request (not just accepts a connection)."""
+    with contextlib.suppress(OSError), socket.create_connection((HOST, int(PORT)), timeout=1) as s:
+        s.sendall(f"HEAD /admin/login/ HTTP/1.0\r\nHost: {HOST}\r\n\r\n".encode())
+        return s.recv(12).startswith(b"HTTP/")
     return False
 
 
-def stop_all(procs: list[subprocess.Popen]) -> None:
-    """Stop each child by its process group (django-q2 leaves a sentinel otherwise)."""
-    print("Stopping GovFlow (a worker may take up to 15 s to finish its task)…", flush=True)
-    for proc in procs:
+def stop_all(procs: list[Child]) -> None:
+    """Stop each child by its process group: SIGTERM, then SIGKILL after ``STOP_GRACE``."""
+    print("Stopping GovFlow…", flush=True)
+    for child in procs:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(child.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    for child in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for child in procs:  # the group, not only its leader: qcluster's workers too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        child.proc.wait()
+    print("GovFlow stopped.", flush=True)
 
 
-def main() -> int:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "govflow.settings.dev")
-    manage("migrate", "--noinput", "-v", "0")
-    password = demo_password()
-    manage("demo_setup", "--password", password, "--api-key-file", str(API_KEY_FILE))
-    api_key = API_KEY_FILE.read_text().strip()
-    totp_keys = demo_totp_keys()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
-            cwd=ROOT,
-            start_new_session=True,
-        ),
-        subprocess.Popen(
-            [sys.executable, "manage.py", "qcluster"], cwd=ROOT, start_new_session=True
-        ),
-    ]
-
-    def stop(*_):
-        stop_all(procs)
-        sys.exit(0)
-
-    # Installed before the wait, so Ctrl-C never leaves the children running.
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    if not wait_for_server(procs[0]):
-        print("The web server did not come up; stopping.", file=sys.stderr)
-        stop_all(procs)
-        return 1
+def banner(password: str, api_key: str, totp_keys: str) -> str:
     manage_cmd = demo_manage_command()
-    print(
-        "\n"
+    rule = "=" * 78
+    return (
+        f"\n{rule}\n"
         f"  GovFlow is running at http://{HOST}:{PORT}/admin/\n"
         f"  Operator login:  operator / {password}\n"
         f"  Approver logins: approver / {password}  and  approver2 / {password}\n"
         "    (decisions need a second person: one approver requests, the other approves)\n"
+        f"  Auditor login:   auditor / {password}\n"
         "  Second factor (TOTP keys for an authenticator app; development only):\n"
         f"{totp_keys}"
-        f"    or print the current codes: {demo_manage_command()} demo_second_factors --codes\n"
+        f"    or print the current codes: {manage_cmd} demo_second_factors --codes\n"
         f"  REST API key (tenant demo-municipality, every scope; development only):\n"
         f"    {api_key}\n"
         f"    curl -H 'Authorization: Api-Key {api_key}' http://{HOST}:{PORT}/api/v1/me/\n"
@@ -138,11 +165,42 @@ def main() -> int:
         f"    {manage_cmd} demo_status ID      # where it is\n"
         f"    {manage_cmd} demo_inspect ID     # after the objection period\n"
         f"    {manage_cmd} demo_approve ID     # as the approver\n"
-        "  Press Ctrl-C to stop both.\n",
-        flush=True,
+        "  Press Ctrl-C to stop both.\n"
+        f"{rule}\n"
     )
-    while all(proc.poll() is None for proc in procs):
-        time.sleep(1)
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "govflow.settings.dev")
+    manage("migrate", "--noinput", "-v", "0")
+    password = demo_password()
+    manage("demo_setup", "--password", password, "--api-key-file", str(API_KEY_FILE))
+    api_key = API_KEY_FILE.read_text().strip()
+    totp_keys = demo_totp_keys()
+    lock = threading.Lock()
+    manage_py = [sys.executable, "manage.py"]
+    procs = [
+        Child("web", [*manage_py, "runserver", f"{HOST}:{PORT}", "--noreload"], lock),
+        Child("worker", [*manage_py, "qcluster"], lock),
+    ]
+
+    def stop(*_):
+        stop_all(procs)
+        sys.exit(0)
+
+    # Installed before the wait, so Ctrl-C never leaves the children running.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    # The banner comes last: after the server answers and the cluster said it runs.
+    if not wait_until(server_answers, procs, 60):
+        print("The web server did not come up; stopping.", file=sys.stderr)
+        stop_all(procs)
+        return 1
+    wait_until(lambda: procs[1].said("running"), procs, 30)
+    with lock:
+        print(banner(password, api_key, totp_keys), flush=True)
+    while all(child.proc.poll() is None for child in procs):
+        time.sleep(0.2)
     print("A GovFlow process exited; stopping the other.", file=sys.stderr)
     stop_all(procs)
     return 1

@@ -20,6 +20,7 @@ from recovery import api
 from recovery.models import Operation
 from tests.dbclock import wait_until_expired
 from tests.providers.alpha import actions as alpha
+from tests.tenancy import bind_tenants
 
 _keys = itertools.count(1)
 
@@ -122,6 +123,7 @@ def evidence(
 def user_with(django_user_model, username: str, *perms: str):
     """A staff user holding ``app_label.codename`` permissions (fresh permission cache)."""
     user = django_user_model.objects.create_user(username=username, password="pw", is_staff=True)
+    bind_tenants(user)
     for perm in perms:
         app_label, codename = perm.split(".")
         user.user_permissions.add(

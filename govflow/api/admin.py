@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.http import Http404
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
+
+from govflow.engine.tenancy import scope, tenants_of
 
 from .models import ApiKey
 from .scopes import SCOPES, TASK_SCOPE
@@ -58,6 +61,17 @@ class ApiKeyForm(forms.ModelForm):
             )
         return topics
 
+    tenants: frozenset[str] | None = None  # the admin's user's; None: every tenant
+
+    def clean_tenant(self) -> str:
+        tenant = self.cleaned_data["tenant"]
+        if self.tenants is not None and tenant not in self.tenants:
+            raise forms.ValidationError(
+                f"You do not work for the tenant {tenant!r}; a key can be made only for "
+                f"your tenants: {', '.join(sorted(self.tenants)) or 'none'}."
+            )
+        return tenant
+
     def clean(self):
         cleaned = super().clean()
         scopes = list(cleaned.get("scope_choices") or [])
@@ -83,6 +97,19 @@ class ApiKeyAdmin(APIKeyModelAdmin):
     list_filter = ("tenant", "revoked", "created")
     search_fields = ("name", "prefix", "tenant")
     actions = ["revoke"]
+
+    def get_queryset(self, request):
+        """Only the keys of the user's tenants (ADR 0018)."""
+        return scope(super().get_queryset(request), request.user)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        """The form refuses a tenant the user does not work for (ADR 0018)."""
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"tenants": tenants_of(request.user)})
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        """Another tenant's key, or none, is 404 (not a redirect home)."""
+        raise Http404(f"No API key has id {object_id}.")
 
     def get_fieldsets(self, request, obj=None):
         main = ["name", "tenant", "scope_choices", "task_topics", "expiry_date"]

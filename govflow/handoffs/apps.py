@@ -25,6 +25,7 @@ def register_instance_subjects() -> None:
     queues the instance to continue in the same commit.
     """
     from govflow.engine.projection import SUBJECT_TYPE
+    from govflow.engine.tenancy import instance_ids_of
     from recovery.api import subject_type_register
 
     from .services.integrity import integrity_incident_resolve_approve
@@ -34,6 +35,7 @@ def register_instance_subjects() -> None:
         label="Workflow instance",
         url=instance_admin_url,
         resolve_approve=integrity_incident_resolve_approve,
+        visible=instance_ids_of,  # a desk user sees the ledger of its tenants' instances
     )
 
 

@@ -11,6 +11,8 @@ import os
 import pytest
 from django.contrib.auth.models import Permission
 
+from tests.tenancy import bind_tenants
+
 from .chromium import Browser, missing
 
 
@@ -39,6 +41,7 @@ def make_user(django_user_model, username: str, *perms: str):
     user = django_user_model.objects.create_user(
         username=username, password=f"pw-{username}", is_staff=True
     )
+    bind_tenants(user)
     for perm in perms:
         app_label, codename = perm.split(".")
         user.user_permissions.add(

@@ -44,7 +44,12 @@ def register_uncertain():
     definition = Definition.objects.get(key="demo.building_permit")
     lost = dataclasses.replace(actions.register_application, execute=_registered_then_lost)
     with registry.override(lost):
-        instance = drive(instance_start(definition=definition, variables=sample_variables()))
+        # In the demo tenant, as demo_start starts it: the demo logins work for it.
+        instance = drive(
+            instance_start(
+                definition=definition, variables=sample_variables(), tenant="demo-municipality"
+            )
+        )
     register = instance.tokens.get(node_id="register")
     assert register.state == TokenState.OUTCOME_UNKNOWN
     return instance, store.application_find(register.idempotency_key)

@@ -7,11 +7,13 @@ from __future__ import annotations
 import io
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from govflow.engine.models import InstanceStatus
 from recovery.models import Decision
 from tests.flows import drive
+from tests.tenancy import bind_tenants
 
 from .test_operator_admin import RATIONALE, blocked_instance
 
@@ -22,8 +24,11 @@ PASSWORD = "pw-demo-logins"
 
 @pytest.fixture
 def demo_logins():
-    """The logins `make run` creates: operator, approver and approver2."""
+    """The logins `make run` creates: operator, approver and approver2, who work for the
+    demo tenant; here also for the tests' tenant the blocked instance runs in (ADR 0018)."""
     call_command("demo_setup", password=PASSWORD, stdout=io.StringIO())
+    for user in get_user_model().objects.filter(username__in=["operator", "approver", "approver2"]):
+        bind_tenants(user, "default")
 
 
 def request_decision(browser, extract) -> Decision:

@@ -23,7 +23,7 @@ CHECK_INSTRUCTION = "Look the idempotency key up in the alpha effect store."
 RATIONALE = "The alpha store holds the record under this idempotency key."
 
 
-def test_an_operator_logs_in_and_sees_the_engine_and_recovery_sections(browser, operator):
+def test_an_operator_logs_in_and_sees_the_work_queue(browser, operator):
     browser.log_in("olga", "wrong password")
     assert browser.path.startswith("/admin/login/")
     assert any("Please enter the correct username and password" in e for e in browser.errors())
@@ -31,14 +31,15 @@ def test_an_operator_logs_in_and_sees_the_engine_and_recovery_sections(browser, 
     browser.log_in("olga", "pw-olga")
     assert browser.path == "/admin/"
     assert "GovFlow administration" in browser.text
-    assert browser.title == "Workflows, ledger and recovery"
-    engine = browser.shown(".app-engine")
-    recovery = browser.shown(".app-recovery")
-    # The admin's stylesheet sets app captions in capitals; this is what the operator reads.
-    assert "WORKFLOW ENGINE" in engine and "Definitions" in engine and "Instances" in engine
-    assert "RECOVERY LEDGER" in recovery and "Decisions" in recovery
+    # Issue 10: the home is the work queue, no longer the list of tables.
+    assert browser.title == "Work queue"
+    summary = browser.shown("#queue-summary")
+    assert "Outcome unknown" in summary and "Failed or blocked instances" in summary
     assert any(s.endswith("/static/admin/css/base.css") for s in browser.stylesheets())
     assert "welcome, olga" in browser.text.lower()  # the admin shows it in capitals
+    browser.open("/admin/engine/")  # the stock app page is still there for her tables
+    engine = browser.shown(".app-engine")
+    assert "WORKFLOW ENGINE" in engine and "Definitions" in engine and "Instances" in engine
 
 
 def test_a_definition_file_is_uploaded_and_listed_and_a_bad_one_shows_its_problems(

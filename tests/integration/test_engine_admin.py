@@ -22,6 +22,7 @@ from recovery.models import Decision, Operation
 from tests.flows import action, drive, linear, start
 from tests.identity import verified_login
 from tests.providers.alpha import effects
+from tests.tenancy import bind_tenants
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +44,7 @@ OPERATOR_PERMS = (
 
 def make_user(django_user_model, username: str, *perms: str, staff: bool = True):
     user = django_user_model.objects.create_user(username=username, password="pw", is_staff=staff)
+    bind_tenants(user)
     for perm in perms:
         app_label, codename = perm.split(".")
         user.user_permissions.add(
@@ -190,8 +192,11 @@ def test_a_non_staff_user_with_every_permission_never_reaches_the_admin(django_u
 
 
 def test_actions_refuse_get_and_posts_without_a_csrf_token(operator, objects):
+    # A GET (a reload after a validation error) changes nothing and goes back to the page.
     target = url("instance_cancel", objects["instance"])
-    assert logged_in(operator).get(target).status_code == 405
+    response = logged_in(operator).get(target)
+    assert response.status_code == 302
+    assert response["Location"] == url("instance_change", objects["instance"])
     guarded = logged_in(operator, enforce_csrf_checks=True)
     assert guarded.post(target, {"reason": "forged"}).status_code == 403
     assert Instance.objects.get(pk=objects["instance"]).status == InstanceStatus.RUNNING

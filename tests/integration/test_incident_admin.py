@@ -122,7 +122,9 @@ def test_the_page_needs_the_view_permission_and_offers_no_action_without_resolve
 @pytest.mark.parametrize("name", ACTIONS)
 def test_actions_refuse_get_and_posts_without_a_csrf_token(rita, broken, name):
     _, incident, _ = broken
-    assert logged_in(rita).get(action_url(name, incident)).status_code == 405
+    # A GET (a reload after a validation error) changes nothing and goes back to the page.
+    response = logged_in(rita).get(action_url(name, incident))
+    assert (response.status_code, response["Location"]) == (302, page(incident))
     guarded = logged_in(rita, enforce_csrf_checks=True)
     assert guarded.post(action_url(name, incident), {"rationale": RATIONALE}).status_code == 403
     assert not IncidentResolution.objects.exists()

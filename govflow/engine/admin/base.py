@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.utils.html import format_html
 
 
@@ -21,6 +22,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        """A row the user may not see (another tenant's) or that does not exist is 404,
+        not the stock redirect to the home page (ADR 0018)."""
+        raise Http404(f"No {opts.verbose_name} has id {object_id}.")
 
 
 def require(request, *perms: str) -> None:

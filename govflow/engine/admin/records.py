@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from ..models import Incident, Timer, Token, TriggerDelivery
+from ..tenancy import scope
 from .base import ReadOnlyAdmin
 
 
@@ -20,6 +21,10 @@ def _instance_link(instance_id: int):
 
 
 class InstanceLinked(ReadOnlyAdmin):
+    def get_queryset(self, request):
+        """Only rows of the user's tenants' instances (ADR 0018)."""
+        return scope(super().get_queryset(request), request.user, "instance__tenant")
+
     @admin.display(description="Instance", ordering="instance_id")
     def instance_link(self, obj):
         return _instance_link(obj.instance_id)
@@ -68,6 +73,10 @@ class TriggerDeliveryAdmin(ReadOnlyAdmin):
     search_fields = ("delivery_id", "message", "correlation")
     ordering = ("-received_at", "-pk")
     list_select_related = ("token",)
+
+    def get_queryset(self, request):
+        """Only the user's tenants' deliveries (one made for any tenant: administrators')."""
+        return scope(super().get_queryset(request), request.user)
 
     @admin.display(description="Consumed by")
     def instance_link(self, obj: TriggerDelivery):

@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseNotAllowed
+from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -24,6 +24,7 @@ from django.utils.text import Truncator
 from govflow.engine.admin.base import ReadOnlyAdmin, require
 from govflow.engine.models import Instance
 from govflow.engine.services.instances import instance_start
+from govflow.engine.tenancy import scope
 from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
 from ..forms import InstanceStartForm
@@ -53,6 +54,10 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
     list_select_related = ("definition", "started_by")
     ordering = ("-created_at", "-pk")
     change_list_template = "admin/engine/instance/change_list.html"
+
+    def get_queryset(self, request):
+        """Only the instances of the user's tenants: another tenant's is not found (404)."""
+        return scope(super().get_queryset(request), request.user)
 
     @admin.display(description="Reason")
     def reason_short(self, obj: Instance) -> str:
@@ -161,7 +166,9 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
     ):
         """Validate ``form``, run ``call`` (one service) and report, then redirect back."""
         if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+            # A reload of the page a validation error rendered at this URL: show the
+            # instance's page again (never a bare 405).
+            return redirect(self.detail_url(instance.pk))
         if form is not None and not form.is_valid():
             return self.render_detail(request, instance, {slot: form})
         try:

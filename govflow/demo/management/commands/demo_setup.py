@@ -8,40 +8,31 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from govflow.engine.tenancy import tenant_group_name
+from govflow.handoffs.roles import roles_install
+
 DEMO_TENANT = "demo-municipality"  # demo_start's default tenant
 DEMO_KEY_NAME = "demo integration"
-ENGINE_VIEW = ["definition", "instance", "token", "timer", "triggerdelivery", "incident"]
-OPERATOR_PERMS = [
-    ("recovery", "view_operation"),
-    ("recovery", "view_checkpoint"),
-    ("recovery", "view_lease"),
-    ("recovery", "view_integrityincident"),
-    ("recovery", "view_decision"),
-    ("recovery", "request_decision"),
-    *(("engine", f"view_{model}") for model in ENGINE_VIEW),
-    ("engine", "start_instance"),
-    ("engine", "operate_instance"),
-    ("govflow_demo", "view_decisionnote"),
-]
-APPROVER_PERMS = [
-    *OPERATOR_PERMS,
-    ("recovery", "approve_decision"),
-    ("recovery", "resolve_incident"),
-    ("govflow_demo", "approve_permit"),
-]
+# The desk's roles (groups made by the handoffs migration, ADR 0018) and the demo tenant's
+# group; the demo's own permissions go to the users themselves (they are not a role's).
+DEMO_OPERATE = [("govflow_demo", "view_decisionnote")]
+DEMO_APPROVE = [*DEMO_OPERATE, ("govflow_demo", "approve_permit")]
 # Two approvers, so that every four-eyes path can be tried with the demo logins: one
-# requests (a decision, an incident's resolution), the other approves.
+# requests (a decision, an incident's resolution), the other approves. An approver is an
+# operator too (the one who requests).
 LOGINS = (
-    ("operator", "Operators", OPERATOR_PERMS),
-    ("approver", "Approvers", APPROVER_PERMS),
-    ("approver2", "Approvers", APPROVER_PERMS),
+    ("operator", ("Operator",), DEMO_OPERATE),
+    ("approver", ("Operator", "Approver"), DEMO_APPROVE),
+    ("approver2", ("Operator", "Approver"), DEMO_APPROVE),
+    ("auditor", ("Auditor",), DEMO_OPERATE),
 )
 
 
 class Command(BaseCommand):
     help = (
-        "Create the demo logins 'operator', 'approver' and 'approver2' with the given password and "
-        "publish the demo workflows (load_workflows). With --api-key-file, also an API key "
+        "Create the demo logins 'operator', 'approver', 'approver2' and 'auditor' with the "
+        "given password, in the demo tenant, and publish the demo workflows "
+        "(load_workflows). With --api-key-file, also an API key "
         "for the demo tenant with every scope (and the demo's task topic), written to that "
         "file (kept while usable). "
         "Development only."
@@ -69,14 +60,25 @@ class Command(BaseCommand):
     @transaction.atomic
     def _logins(self, password: str) -> None:
         users = get_user_model()
-        for username, group_name, perms in LOGINS:
-            group, _ = Group.objects.get_or_create(name=group_name)
-            group.permissions.set(_permission(app, code) for app, code in perms)
+        roles_install(Group, Permission)  # as the migration did (a flushed database lost them)
+        tenant, _ = Group.objects.get_or_create(name=tenant_group_name(DEMO_TENANT))
+        for username, roles, perms in LOGINS:
             user, _ = users.objects.get_or_create(username=username)
             user.is_staff = True
             user.set_password(password)
             user.save()
-            user.groups.set([group])
+            user.groups.set([_role(name) for name in roles] + [tenant])
+            user.user_permissions.set(_permission(app, code) for app, code in perms)
+
+
+def _role(name: str) -> Group:
+    try:
+        return Group.objects.get(name=name)
+    except Group.DoesNotExist:
+        raise CommandError(
+            f"The role {name!r} does not exist. Run `manage.py migrate` first (it creates "
+            "the roles)."
+        ) from None
 
 
 def _permission(app_label: str, codename: str) -> Permission:

@@ -1,0 +1,327 @@
+"""The operator's work queue (the admin's home page): what needs a person, oldest first.
+
+Reads only (selectors). Each section is a count and its oldest rows, read with a fixed
+number of queries whatever the number of rows: a count and a ``LIMIT``-ed list per section,
+narrowed to the user's tenants (:mod:`.tenants`) and the page's filters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import CharField, Count, Q, QuerySet, Value
+from django.db.models.functions import Cast, Concat
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from govflow.engine.external_tasks import ExternalTask, TaskState
+from govflow.engine.models import Definition, Incident, Instance, Token
+from govflow.engine.projection import SUBJECT_TYPE
+from govflow.engine.services.definitions import trusted_spec
+from govflow.engine.states import InstanceStatus, TokenState, WaitKind
+from govflow.engine.tenancy import instances_of
+from recovery.api import (
+    decisions_requested,
+    incidents_open,
+    leases_stale,
+    operation_keys_of_action,
+)
+
+LIMIT = 10
+"""Rows listed per section; the count says how many there are."""
+
+APPROVE_DECISION = "recovery.approve_decision"
+REQUEST_DECISION = "recovery.request_decision"
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The page's filters, already validated (empty: not filtered)."""
+
+    tenant: str = ""
+    definition: str = ""
+    action: str = ""
+    older_than: dt.timedelta | None = None
+
+
+@dataclass
+class Row:
+    label: str
+    detail: str
+    url: str
+    since: dt.datetime | None
+
+    @property
+    def age(self) -> dt.timedelta | None:
+        return None if self.since is None else timezone.now() - self.since
+
+
+@dataclass
+class Section:
+    key: str
+    title: Any
+    help: Any
+    count: int = 0
+    rows: list[Row] = field(default_factory=list)
+    url: str = ""
+    by_action: bool = False
+
+
+def instance_url(instance_id: int | str) -> str:
+    return reverse("admin:engine_instance_change", args=[instance_id])
+
+
+class Queue:
+    """The sections of one user's work queue under ``filters``."""
+
+    def __init__(self, user, filters: Filters) -> None:
+        self.user = user
+        self.filters = filters
+        self.cutoff = timezone.now() - filters.older_than if filters.older_than else None
+        instances = instances_of(user)
+        if filters.tenant:
+            instances = instances.filter(tenant=filters.tenant)
+        if filters.definition:
+            instances = instances.filter(definition__key=filters.definition)
+        self.instances = instances
+
+    def subject_ids(self) -> QuerySet:
+        return self.instances.annotate(sid=Cast("pk", CharField())).values("sid")
+
+    def older(self, queryset: QuerySet, field_name: str) -> QuerySet:
+        if self.cutoff is None:
+            return queryset
+        return queryset.filter(**{f"{field_name}__lte": self.cutoff})
+
+    def sections(self) -> list[Section]:
+        return [
+            self.unknown(),
+            self.decisions_to_approve(),
+            self.my_requests(),
+            self.approvals(),
+            self.integrity_incidents(),
+            self.engine_incidents(),
+            self.stuck_instances(),
+            self.stale_leases(),
+            self.dead_tasks(),
+        ]
+
+    @staticmethod
+    def fill(section: Section, queryset: QuerySet, row) -> Section:
+        section.count = queryset.count()
+        section.rows = [row(item) for item in queryset[:LIMIT]] if section.count else []
+        return section
+
+    # -- the sections -------------------------------------------------------------------
+
+    def unknown(self) -> Section:
+        tokens = Token.objects.filter(
+            state=TokenState.OUTCOME_UNKNOWN, instance__in=self.instances.values("pk")
+        )
+        if self.filters.action:
+            tokens = tokens.filter(operation_key__in=operation_keys_of_action(self.filters.action))
+        tokens = self.older(tokens, "updated_at").select_related("instance__definition")
+        section = Section(
+            "unknown",
+            _("Outcome unknown"),
+            _("Steps whose effect nobody knows: decide what happened, with evidence."),
+            url=reverse("admin:engine_token_changelist") + "?state__exact=outcome_unknown",
+            by_action=True,
+        )
+        return self.fill(section, tokens.order_by("updated_at", "pk"), self._token_row)
+
+    def _decisions(self) -> QuerySet:
+        decisions = decisions_requested().filter(
+            operation__subject_type=SUBJECT_TYPE, operation__subject_id__in=self.subject_ids()
+        )
+        if self.filters.action:
+            decisions = decisions.filter(operation__action=self.filters.action)
+        return self.older(decisions, "requested_at")
+
+    def decisions_to_approve(self) -> Section:
+        section = Section(
+            "approve",
+            _("Decisions awaiting my approval"),
+            _("Another person's decision on an unknown outcome; never your own."),
+            by_action=True,
+        )
+        if not self.user.has_perm(APPROVE_DECISION):
+            return section
+        decisions = self._decisions().exclude(requested_by=self.user)
+        return self.fill(section, decisions, self._decision_row)
+
+    def my_requests(self) -> Section:
+        section = Section(
+            "requests",
+            _("My open requests"),
+            _("Decisions you asked for that a second person has not yet approved."),
+            by_action=True,
+        )
+        if not self.user.has_perm(REQUEST_DECISION):
+            return section
+        decisions = self._decisions().filter(requested_by=self.user)
+        return self.fill(section, decisions, self._decision_row)
+
+    def approvals(self) -> Section:
+        """Human tasks waiting for a decision the user holds the node's permission for."""
+        section = Section(
+            "approvals",
+            _("Waiting approvals I may decide"),
+            _("Human tasks (e.g. a permit) waiting for someone with the permission."),
+        )
+        waiting = Token.objects.filter(
+            state=TokenState.WAITING,
+            wait_kind=WaitKind.APPROVAL,
+            instance__in=self.instances.values("pk"),
+        )
+        waiting = self.older(waiting, "updated_at")
+        groups = list(
+            waiting.values_list("instance__definition_id", "node_id").annotate(n=Count("pk"))
+        )
+        definitions = Definition.objects.in_bulk({pk for pk, _, _ in groups})
+        allowed = Q(pk__in=[])
+        for definition_id, node_id, _n in groups:
+            node = trusted_spec(definitions[definition_id]).nodes.get(node_id, {})
+            permission = node.get("permission")
+            if permission and self.user.has_perm(permission):
+                allowed |= Q(instance__definition_id=definition_id, node_id=node_id)
+        tokens = waiting.filter(allowed).select_related("instance__definition")
+        return self.fill(section, tokens.order_by("updated_at", "pk"), self._token_row)
+
+    def integrity_incidents(self) -> Section:
+        incidents = incidents_open().filter(
+            subject_type=SUBJECT_TYPE, subject_id__in=self.subject_ids()
+        )
+        section = Section(
+            "integrity",
+            _("Open integrity incidents"),
+            _("A broken chain or contradictory fact: no success is recorded until resolved."),
+            url=reverse("admin:recovery_integrityincident_changelist") + "?status__exact=open",
+        )
+        return self.fill(section, self.older(incidents, "detected_at"), self._integrity_row)
+
+    def engine_incidents(self) -> Section:
+        incidents = Incident.objects.filter(
+            resolved_at__isnull=True, instance__in=self.instances.values("pk")
+        ).select_related("instance__definition")
+        section = Section(
+            "incidents",
+            _("Open engine incidents"),
+            _("Why an instance stopped: a failed step, a bad gate, a dead letter."),
+            url=reverse("admin:engine_incident_changelist"),
+        )
+        incidents = self.older(incidents, "created_at").order_by("created_at", "pk")
+        return self.fill(section, incidents, self._incident_row)
+
+    def stuck_instances(self) -> Section:
+        stuck = self.instances.filter(
+            status__in=[InstanceStatus.BLOCKED, InstanceStatus.FAILED]
+        ).select_related("definition")
+        section = Section(
+            "stuck",
+            _("Failed or blocked instances"),
+            _("Instances that go no further without an operator."),
+            url=reverse("admin:engine_instance_changelist") + "?status__in=blocked,failed",
+        )
+        stuck = self.older(stuck, "updated_at").order_by("updated_at", "pk")
+        return self.fill(section, stuck, self._instance_row)
+
+    def stale_leases(self) -> Section:
+        # The lease of instance N is "instance:N" (the engine's lease key).
+        keys = self.instances.annotate(
+            lease_key=Concat(Value("instance:"), Cast("pk", CharField()))
+        ).values("lease_key")
+        leases = leases_stale().filter(key__in=keys)
+        section = Section(
+            "leases",
+            _("Stale leases"),
+            _("Held by a worker that stopped before it expired; the sweep takes them over."),
+        )
+        return self.fill(section, self.older(leases, "expires_at"), self._lease_row)
+
+    def dead_tasks(self) -> Section:
+        tasks = ExternalTask.objects.filter(
+            state=TaskState.DEAD, instance__in=self.instances.values("pk")
+        ).select_related("instance__definition")
+        section = Section(
+            "dead",
+            _("Retries exhausted"),
+            _("External tasks dead-lettered: retry the step or cancel the instance."),
+        )
+        tasks = self.older(tasks, "ended_at").order_by("ended_at", "pk")
+        return self.fill(section, tasks, self._task_row)
+
+    # -- rows ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _token_row(token: Token) -> Row:
+        instance = token.instance
+        return Row(
+            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+            f"{token.node_id} · {instance.tenant}",
+            instance_url(instance.pk),
+            token.updated_at,
+        )
+
+    @staticmethod
+    def _decision_row(decision) -> Row:
+        operation = decision.operation
+        return Row(
+            f"{decision.get_kind_display()} — {operation.action}",
+            _("step %(step)s, asked by %(who)s")
+            % {"step": operation.step_id, "who": decision.requested_by},
+            instance_url(operation.subject_id),
+            decision.requested_at,
+        )
+
+    @staticmethod
+    def _integrity_row(incident) -> Row:
+        return Row(
+            _("Instance %(id)s") % {"id": incident.subject_id},
+            incident.reason[:120],
+            reverse("admin:recovery_integrityincident_change", args=[incident.pk]),
+            incident.detected_at,
+        )
+
+    @staticmethod
+    def _incident_row(incident: Incident) -> Row:
+        instance = incident.instance
+        return Row(
+            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+            f"{incident.kind}: {incident.message[:120]}",
+            instance_url(instance.pk),
+            incident.created_at,
+        )
+
+    @staticmethod
+    def _instance_row(instance: Instance) -> Row:
+        return Row(
+            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+            f"{instance.get_status_display()} · {instance.tenant} · {instance.reason[:100]}",
+            instance_url(instance.pk),
+            instance.updated_at,
+        )
+
+    @staticmethod
+    def _lease_row(lease) -> Row:
+        instance_id = lease.key.removeprefix("instance:")
+        return Row(
+            _("Instance %(id)s") % {"id": instance_id},
+            _("held by %(holder)s, fence %(fence)s")
+            % {"holder": lease.holder, "fence": lease.fence},
+            instance_url(instance_id),
+            lease.expires_at,
+        )
+
+    @staticmethod
+    def _task_row(task: ExternalTask) -> Row:
+        instance = task.instance
+        return Row(
+            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+            f"{task.topic}: {task.last_error[:100]}",
+            instance_url(instance.pk),
+            task.ended_at,
+        )
