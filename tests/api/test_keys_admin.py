@@ -70,13 +70,13 @@ def test_bad_task_topics_are_refused_in_the_form(admin_client):
 def test_an_administrator_bound_to_tenants_makes_keys_for_those_only(django_user_model):
     from django.contrib.auth.models import Group
 
+    from tests.identity import verified_login
     from tests.tenancy import bind_tenants
 
     user = django_user_model.objects.create_user("ada", password="pw", is_staff=True)
     user.groups.add(Group.objects.get(name="Administrator"))
     bind_tenants(user, "north")
-    client = Client()
-    client.force_login(user)
+    client = verified_login(Client(), user)
     refused = client.post(ADD, {"name": "x", "tenant": "south", "scope_choices": ["all"]})
     assert refused.status_code == 200
     assert "You do not work for the tenant &#x27;south&#x27;" in refused.content.decode()
