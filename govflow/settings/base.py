@@ -145,6 +145,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # of every staff user.
 GOVFLOW_REQUIRE_2FA_FOR_ALL = os.environ.get("GOVFLOW_REQUIRE_2FA_FOR_ALL", "0") == "1"
 OTP_TOTP_ISSUER = os.environ.get("GOVFLOW_OTP_ISSUER", "GovFlow")
+# Nobody, administrators included, sees another person's TOTP secret or its QR code in the
+# admin: whoever saw it could answer that person's second factor. Enrolment shows the
+# secret only to its owner (govflow/identity/views.py).
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 # A privileged session ends after this many seconds without a request (others: 2 weeks).
 GOVFLOW_PRIVILEGED_IDLE_SECONDS = int(os.environ.get("GOVFLOW_PRIVILEGED_IDLE_SECONDS", 15 * 60))
 

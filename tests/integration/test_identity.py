@@ -237,3 +237,22 @@ def test_a_privileged_session_ends_after_inactivity(approver, django_user_model,
     session[LAST_SEEN_KEY] = time.time() - 901
     session.save()
     assert plain.get(reverse("admin:index")).status_code == 200
+
+
+def test_nobody_sees_another_persons_totp_secret_in_the_admin(django_user_model):
+    """An administrator may delete a device, never read its secret or QR code; a device
+    that does not exist is refused alike, never a server error."""
+    from django.contrib.auth.models import Group
+
+    from tests.identity import totp_device
+
+    owner = django_user_model.objects.create_user("owen", password="pw", is_staff=True)
+    device = totp_device(owner)
+    admin_user = django_user_model.objects.create_user("ada", password="pw", is_staff=True)
+    admin_user.groups.add(Group.objects.get(name="Administrator"))
+    client = verified_login(Client(), admin_user)
+    for view in ("config", "qrcode"):
+        for pk in (device.pk, device.pk + 1000):
+            response = client.get(f"/admin/otp_totp/totpdevice/{pk}/{view}/")
+            assert response.status_code == 403, (view, pk)
+            assert device.key not in response.content.decode()
