@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from govflow.client import BpmnError, LockLost, TaskClient, TaskFailure, Worker, idempotency_key
-from govflow.engine.models import ExternalTask, Instance, InstanceStatus, ReportKind, TaskState
+from govflow.engine.models import (
+    ExternalTask,
+    Instance,
+    InstanceStatus,
+    ReportKind,
+    TaskReport,
+    TaskState,
+)
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.external_queue import task_fetch_and_lock
 from govflow.engine.services.instances import instance_start
 from tests.api.conftest import make_key
+from tests.dbclock import db_now
 from tests.flows import drive, linear
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,11 +78,19 @@ def test_the_lock_is_renewed_while_a_slow_handler_runs(client, definition):
     stolen = []
 
     def slow(task):
-        threading.Event().wait(1.5)  # five times the renewal interval
+        # Run on until the first lock would have expired and was renewed twice since:
+        # conditions, not times, so a busy machine only makes the wait longer.
+        first_expiry = ExternalTask.objects.get().fetchable_at
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            renewed = TaskReport.objects.filter(kind=ReportKind.EXTEND, refusal="").count()
+            if renewed >= 2 and db_now() > first_expiry:
+                break
+            threading.Event().wait(0.05)
         stolen.extend(task_fetch_and_lock(topics=[TOPIC], worker="thief", lock_seconds=5))
         return {"verified": False}
 
-    worker = Worker(client, "w1", {TOPIC: slow}, lock_duration=0.9)
+    worker = Worker(client, "w1", {TOPIC: slow}, lock_duration=3)
     assert worker.run_once() == 1
     assert stolen == []  # renewed: never fetchable by another worker meanwhile
     assert worker.reported[0][1] == "complete"
