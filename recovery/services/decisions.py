@@ -186,8 +186,8 @@ def _chain_request(operation: Operation, decision: Decision, request: _Request, 
 def decision_approve(*, decision_id: int, approved_by, result_fp: str | None = None) -> Decision:
     """Approve another person's decision and move the operation, exactly once.
 
-    ``result_fp``, when given, is the fingerprint of the result the approver was shown:
-    if the decision's is another, nothing is approved. An approved *effect confirmed*
+    ``result_fp`` is the fingerprint of the result the approver was shown: required when
+    the decision carries a result, and if the decision's is another, nothing is approved. An approved *effect confirmed*
     records its result's fingerprint as the operation's result.
     """
     _require_perm(approved_by, "recovery.approve_decision", "approve a decision")
@@ -231,6 +231,14 @@ def _claim(decision_id: int, approved_by, result_fp: str | None) -> Decision:
         raise DecisionError(
             "The person who requested a decision cannot approve it: a second person "
             "must check the evidence."
+        )
+    if decision.state != DecisionState.REQUESTED:
+        raise _not_awaiting(decision_id)
+    if decision.result_fp and result_fp is None:
+        raise DecisionConflict(
+            f"Decision {decision_id} carries result values, so its approval must name the "
+            "fingerprint of the values the approver checked. Nothing was approved: approve "
+            "it from the instance page, where the values and their fingerprint are shown."
         )
     if result_fp is not None and result_fp != decision.result_fp:
         raise DecisionConflict(

@@ -197,8 +197,9 @@ def test_a_result_edited_in_the_database_breaks_the_chain_and_is_never_applied(r
     forged_fp = api.fingerprint_value(api.FingerprintKind.RESULT, {"stored": "forged", "key": "k"})
     Decision.objects.filter(pk=decision.pk).update(result_fp=forged_fp)
     assert not api.chain_verify(subject(instance)).ok
+    # The approver is shown the forged values and approves what they see: the chain refuses.
     with pytest.raises(api.ChainBroken):
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=forged_fp)
     instance.refresh_from_db()
     assert "written" not in instance.variables
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
@@ -221,7 +222,7 @@ def test_a_node_without_an_output_mapping_keeps_the_result_under_its_id(requeste
     effects.SCRIPT["alpha.write"] = ["raise_after"]
     instance = drive(start(linear(action("a"))))
     decision = request(instance, requester, result={"stored": "v1", "key": "k", "copies": 3})
-    handoff_approve(decision_id=decision.pk, actor=approver)
+    handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED
     assert instance.variables["a"] == {"stored": "v1", "key": "k", "copies": 3}
@@ -235,7 +236,7 @@ def test_without_an_output_schema_the_mapped_fields_are_required_strings(request
         with pytest.raises(api.DecisionError, match="key: 3 is not of type 'string'"):
             request(instance, requester, result={"stored": "v1", "key": 3})
         decision = request(instance, requester, result={"stored": "v1", "key": "3"})
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     instance.refresh_from_db()
     assert instance.variables["written"] == {"value": "v1", "key": "3"}
 
@@ -247,7 +248,7 @@ def test_an_approval_refuses_a_result_the_changed_output_schema_rejects(requeste
     changed = dataclasses.replace(TYPED, output_schema=stricter)
     says = r"missing copies.*the provider changed the action's output schema"
     with registry.override(changed), pytest.raises(InvalidRequest, match=says):
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     decision.refresh_from_db()
     assert decision.state == "requested"
 
@@ -266,7 +267,7 @@ def test_a_confirmed_decision_without_a_result_cannot_complete_a_step_that_needs
     )
     assert (decision.result, decision.result_fp) == (None, "")
     with pytest.raises(InvalidRequest, match=r"missing key .*it carries no result"):
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     decision.refresh_from_db()
     assert decision.state == "requested"
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
@@ -332,3 +333,15 @@ def test_a_stored_result_keeps_its_fingerprint_as_the_database_gives_it_back(req
         decision.result_fp
     )
     assert api.chain_verify(subject(instance)).ok
+
+
+def test_an_approval_that_names_no_shown_result_is_refused(requester, approver):
+    """A decision carrying result values is approved only against the values' fingerprint:
+    a caller (or a crafted form post) that leaves it out approves nothing."""
+    instance = uncertain()
+    decision = request(instance, requester, result={"stored": "v1", "key": "k"})
+    with pytest.raises(api.DecisionConflict, match="must name the fingerprint"):
+        handoff_approve(decision_id=decision.pk, actor=approver)
+    decision.refresh_from_db()
+    assert decision.state == "requested"
+    assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN

@@ -144,6 +144,11 @@ def test_an_approval_of_other_values_than_the_decision_carries_is_refused(reques
     decision.refresh_from_db()
     token.refresh_from_db()
     assert (decision.state, token.state) == ("requested", TokenState.OUTCOME_UNKNOWN)
+    # A post that leaves the fingerprint out (not the page's form) approves nothing either.
+    bare = logged_in(checker).post(approve, follow=True)
+    assert any("must name the fingerprint" in m for m in messages_of(bare))
+    decision.refresh_from_db()
+    assert decision.state == "requested"
 
 
 def test_the_request_form_is_pre_filled_with_an_initial_result():

@@ -459,7 +459,7 @@ def test_an_unknown_outcome_is_resolved_by_a_decision_and_a_second_person(ops, o
     token.refresh_from_db()
     assert (decision.state, token.state) == ("requested", TokenState.OUTCOME_UNKNOWN)
 
-    second = logged_in(checker).post(approve, follow=True)
+    second = logged_in(checker).post(approve, {"result_fp": decision.result_fp}, follow=True)
     assert any(
         f"Decision {decision.pk} (Effect confirmed) is approved" in m for m in messages_of(second)
     )

@@ -105,7 +105,7 @@ def test_self_approval_through_the_desk_service_is_refused(olga):
     instance = blocked()
     decision = requested(instance, logged_in(olga))
     with pytest.raises(api.DecisionError, match="requested a decision cannot approve it"):
-        handoff_approve(decision_id=decision.pk, actor=olga)
+        handoff_approve(decision_id=decision.pk, actor=olga, result_fp=decision.result_fp)
     decision.refresh_from_db()
     assert decision.state == "requested"
     assert token_of(instance, "write").state == TokenState.OUTCOME_UNKNOWN
@@ -187,7 +187,9 @@ def test_cancelling_with_an_unknown_outcome_keeps_its_case_open_and_says_so(olga
     # Someone records what happened; a second person approves. Nothing is routed on.
     decision = requested(instance, ops)
     response = logged_in(otto).post(
-        url("instance_decision_approve", instance.pk, decision.pk), follow=True
+        url("instance_decision_approve", instance.pk, decision.pk),
+        {"result_fp": decision.result_fp},
+        follow=True,
     )
     instance.refresh_from_db()
     assert instance.status == InstanceStatus.CANCELLED

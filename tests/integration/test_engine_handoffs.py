@@ -59,7 +59,7 @@ def decide(instance, kind: str, requester, approver, **kwargs) -> Decision:
         **kwargs,
     )
     assert decision.state == "requested"
-    return handoff_approve(decision_id=decision.pk, actor=approver)
+    return handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
 
 
 def test_effect_confirmed_completes_the_step_without_calling_the_provider(requester, approver):
@@ -149,7 +149,7 @@ def test_the_requester_cannot_approve_their_own_decision(approver):
         checks=CHECKS,
     )
     with pytest.raises(api.DecisionError, match="cannot approve it"):
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     instance.refresh_from_db()
     assert instance.status == InstanceStatus.BLOCKED
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
@@ -207,10 +207,10 @@ def test_approval_waits_while_a_worker_holds_the_instance(requester, approver):
     )
     busy = api.lease_acquire(key=instance_lease_key(instance.pk), holder="busy-worker", ttl=30)
     with pytest.raises(EngineConflict, match="A worker is advancing this instance"):
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     assert Decision.objects.get().state == "requested"
     api.lease_release(fence=busy)
-    handoff_approve(decision_id=decision.pk, actor=approver)
+    handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     assert drive(instance).status == InstanceStatus.COMPLETED
 
 

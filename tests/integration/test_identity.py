@@ -68,7 +68,9 @@ def test_an_approval_without_a_verified_second_factor_is_refused_with_how_to_enr
     token.refresh_from_db()
     assert (decision.state, token.state) == ("requested", TokenState.OUTCOME_UNKNOWN)
 
-    done = verified_login(Client(), approver).post(approve, follow=True)
+    done = verified_login(Client(), approver).post(
+        approve, {"result_fp": decision.result_fp}, follow=True
+    )
     assert any(
         f"Decision {decision.pk} (Effect confirmed) is approved" in m for m in messages_of(done)
     )

@@ -139,7 +139,7 @@ def test_a_decision_on_an_edited_instance_is_refused(requester, approver):
     )
     Instance.objects.filter(pk=instance.pk).update(variables={"value": "forged"})
     with pytest.raises(IntegrityStop, match="Integrity incident #"):
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
     assert Decision.objects.get(pk=decision.pk).state == "requested"
     assert op_states(instance) == ["outcome_unknown"]
     assert effects.call_count("alpha.write") == 1

@@ -102,7 +102,7 @@ def test_a_late_answer_contradicting_a_decision_opens_an_integrity_incident(
             evidence=[evidence()],
             checks={"store": "looked"},
         )
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
 
     instance = answered_late(decided_absent)
     assert op_states(instance) == ["effect_absent"]

@@ -119,7 +119,7 @@ def test_by_default_a_conclusive_finding_waits_for_a_decision_it_pre_fills(reque
             evidence=[evidence()],
             checks={"store": "the finding above"},
         )
-        handoff_approve(decision_id=decision.pk, actor=approver)
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
         instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
     assert op_states(instance) == ["effect_confirmed", "succeeded"]

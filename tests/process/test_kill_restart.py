@@ -193,7 +193,11 @@ def test_kill_after_a_non_atomic_dispatch_needs_an_operator_decision(workspace, 
         checks={"store": "found"},
         evidence=[SimpleUploadedFile("registry.txt", b"found", content_type="text/plain")],
     )
-    retrying_conflicts(lambda: handoff_approve(decision_id=decision.pk, actor=approver))
+    retrying_conflicts(
+        lambda: handoff_approve(
+            decision_id=decision.pk, actor=approver, result_fp=decision.result_fp
+        )
+    )
     wait_status(ws, confirmed.pk, InstanceStatus.COMPLETED)
     assert_completed_cleanly(confirmed.pk)
     assert list(operations_of(confirmed.pk).values_list("state", flat=True)) == [
@@ -216,7 +220,11 @@ def test_kill_after_a_non_atomic_dispatch_needs_an_operator_decision(workspace, 
         checks={"store": "not found"},
         evidence=[SimpleUploadedFile("registry.txt", b"not found", content_type="text/plain")],
     )
-    retrying_conflicts(lambda: handoff_approve(decision_id=decision.pk, actor=approver))
+    retrying_conflicts(
+        lambda: handoff_approve(
+            decision_id=decision.pk, actor=approver, result_fp=decision.result_fp
+        )
+    )
     step.refresh_from_db()
     assert step.state == TokenState.FAILED, dump(absent.pk)
     assert status(absent.pk) == InstanceStatus.BLOCKED, dump(absent.pk)

@@ -219,11 +219,12 @@ class StepActions:
         return self.act(
             request,
             instance,
-            # The fingerprint of the result the approver was shown (absent: not checked).
+            # The fingerprint of the result the approver was shown; a post without one
+            # approves nothing that carries a result.
             call=lambda: handoff_approve(
                 decision_id=decision.pk,
                 actor=request.user,
-                result_fp=request.POST.get("result_fp"),
+                result_fp=request.POST.get("result_fp") or None,
             ),
             done=lambda approved: approved_message(
                 approved, was_cancelled=instance.status == InstanceStatus.CANCELLED
