@@ -186,8 +186,9 @@ def _chain_request(operation: Operation, decision: Decision, request: _Request, 
 def decision_approve(*, decision_id: int, approved_by, result_fp: str | None = None) -> Decision:
     """Approve another person's decision and move the operation, exactly once.
 
-    ``result_fp`` is the fingerprint of the result the approver was shown: required when
-    the decision carries a result, and if the decision's is another, nothing is approved. An approved *effect confirmed*
+    ``result_fp`` is the fingerprint of the result the approver was shown: required
+    when the decision carries a result; if the decision's is another, nothing is
+    approved. An approved *effect confirmed*
     records its result's fingerprint as the operation's result.
     """
     _require_perm(approved_by, "recovery.approve_decision", "approve a decision")
