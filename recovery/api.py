@@ -152,6 +152,7 @@ from .states import (
     OperationState,
     RecoveryMode,
     ResolutionState,
+    TransitionTable,
     can_transition,
 )
 from .subjects import Subject, SubjectType, subject_type_register, subject_types
@@ -221,6 +222,7 @@ __all__ = [
     "StaleFence",
     "Subject",
     "SubjectType",
+    "TransitionTable",
     "Verification",
     "anchor_append",
     "anchor_if_due",

@@ -6,7 +6,38 @@ Persisted values: never rename or reuse one. ``docs/recovery.md`` shows this tab
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
+
 from django.db import models
+
+
+class TransitionTable(Mapping[str, frozenset[str]]):
+    """A closed table of the moves a persisted state may make, ``{from: {to, ...}}``.
+
+    Closed: every target is itself a row, so a typo in a table fails at import. A state
+    with no targets is terminal. A write that keeps the state is not a move and needs no
+    row. Used for ledger operations here and for the engine's tokens.
+    """
+
+    def __init__(self, moves: Mapping[str, Iterable[str]]) -> None:
+        self._moves = {state: frozenset(targets) for state, targets in moves.items()}
+        strays = set().union(*self._moves.values()) - set(self._moves)
+        if strays:
+            raise ValueError(f"Targets without a row of their own: {sorted(strays)}.")
+        self.terminal: frozenset[str] = frozenset(s for s, t in self._moves.items() if not t)
+
+    def __getitem__(self, state: str) -> frozenset[str]:
+        return self._moves[state]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._moves)
+
+    def __len__(self) -> int:
+        return len(self._moves)
+
+    def allows(self, current: str, target: str) -> bool:
+        """Whether the table lets ``current`` move to another state ``target``."""
+        return target in self._moves.get(current, frozenset())
 
 
 class OperationState(models.TextChoices):
@@ -22,27 +53,26 @@ class OperationState(models.TextChoices):
 
 S = OperationState
 
-TRANSITIONS: dict[str, frozenset[str]] = {
-    # A prepared operation is held behind a gate; it either crosses the boundary or is
-    # abandoned before it (failed), when nothing can have happened outside.
-    S.PREPARED: frozenset({S.DISPATCHED, S.FAILED}),
-    S.DISPATCHED: frozenset({S.SUCCEEDED, S.FAILED, S.PENDING, S.OUTCOME_UNKNOWN}),
-    S.OUTCOME_UNKNOWN: frozenset({S.EFFECT_CONFIRMED, S.EFFECT_ABSENT}),
-    # Terminal: a pending provider is polled by a *new* operation with the same
-    # idempotency key, so a pending operation itself never moves again.
-    S.SUCCEEDED: frozenset(),
-    S.FAILED: frozenset(),
-    S.PENDING: frozenset(),
-    S.EFFECT_CONFIRMED: frozenset(),
-    S.EFFECT_ABSENT: frozenset(),
-}
+TRANSITIONS = TransitionTable(
+    {
+        # A prepared operation is held behind a gate; it either crosses the boundary or is
+        # abandoned before it (failed), when nothing can have happened outside.
+        S.PREPARED: frozenset({S.DISPATCHED, S.FAILED}),
+        S.DISPATCHED: frozenset({S.SUCCEEDED, S.FAILED, S.PENDING, S.OUTCOME_UNKNOWN}),
+        S.OUTCOME_UNKNOWN: frozenset({S.EFFECT_CONFIRMED, S.EFFECT_ABSENT}),
+        # Terminal: a pending provider is polled by a *new* operation with the same
+        # idempotency key, so a pending operation itself never moves again.
+        S.SUCCEEDED: frozenset(),
+        S.FAILED: frozenset(),
+        S.PENDING: frozenset(),
+        S.EFFECT_CONFIRMED: frozenset(),
+        S.EFFECT_ABSENT: frozenset(),
+    }
+)
 
-TERMINAL: frozenset[str] = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
+TERMINAL: frozenset[str] = TRANSITIONS.terminal
 INITIAL: frozenset[str] = frozenset({S.PREPARED, S.DISPATCHED})
-
-
-def can_transition(current: str, target: str) -> bool:
-    return target in TRANSITIONS.get(current, frozenset())
+can_transition = TRANSITIONS.allows
 
 
 class RecoveryMode(models.TextChoices):

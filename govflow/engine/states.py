@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from recovery.api import TransitionTable
+
 
 class InstanceStatus(models.TextChoices):
     RUNNING = "running", "Running"
@@ -58,40 +60,38 @@ class DeliveryState(models.TextChoices):
 
 T = TokenState
 
-TOKEN_TRANSITIONS: dict[str, frozenset[str]] = {
-    # Dispatched (non-atomic), completed in one commit (atomic success, a released wait),
-    # failed for good before any effect (atomic failure), or cancelled.
-    T.READY: frozenset({T.EXECUTING, T.COMPLETED, T.FAILED, T.CANCELLED}),
-    # Never dispatched after a worker stopped, a pending provider or a transient failure
-    # (ready again, later); the provider's conclusive answer; no conclusive answer. Cancelled
-    # only by an approved cancel decision on another step of the instance.
-    T.EXECUTING: frozenset({T.READY, T.COMPLETED, T.FAILED, T.OUTCOME_UNKNOWN, T.CANCELLED}),
-    # Released (timer fired, message delivered, approval given, external task done), a
-    # parallel join's earlier arrivals completed by the last one, cancelled, or failed
-    # when its external task was dead-lettered (failed for good, or out of retries).
-    T.WAITING: frozenset({T.READY, T.COMPLETED, T.CANCELLED, T.FAILED}),
-    # Only an approved decision closes it (effect confirmed, effect absent, cancel: I3),
-    # or the provider's reconcile when its action declares that its word settles.
-    T.OUTCOME_UNKNOWN: frozenset({T.COMPLETED, T.FAILED, T.CANCELLED}),
-    # A deliberate retry, after a failure or an effect recorded absent; for a
-    # dead-lettered external task, waiting again for the new task the retry creates.
-    T.FAILED: frozenset({T.READY, T.WAITING}),
-    T.COMPLETED: frozenset(),
-    T.CANCELLED: frozenset(),
-}
+TOKEN_TRANSITIONS = TransitionTable(
+    {
+        # Dispatched (non-atomic), completed in one commit (atomic success, a released wait),
+        # failed for good before any effect (atomic failure), or cancelled.
+        T.READY: frozenset({T.EXECUTING, T.COMPLETED, T.FAILED, T.CANCELLED}),
+        # Never dispatched after a worker stopped, a pending provider or a transient failure
+        # (ready again, later); the provider's conclusive answer; no conclusive answer. Cancelled
+        # only by an approved cancel decision on another step of the instance.
+        T.EXECUTING: frozenset({T.READY, T.COMPLETED, T.FAILED, T.OUTCOME_UNKNOWN, T.CANCELLED}),
+        # Released (timer fired, message delivered, approval given, external task done), a
+        # parallel join's earlier arrivals completed by the last one, cancelled, or failed
+        # when its external task was dead-lettered (failed for good, or out of retries).
+        T.WAITING: frozenset({T.READY, T.COMPLETED, T.CANCELLED, T.FAILED}),
+        # Only an approved decision closes it (effect confirmed, effect absent, cancel: I3),
+        # or the provider's reconcile when its action declares that its word settles.
+        T.OUTCOME_UNKNOWN: frozenset({T.COMPLETED, T.FAILED, T.CANCELLED}),
+        # A deliberate retry, after a failure or an effect recorded absent; for a
+        # dead-lettered external task, waiting again for the new task the retry creates.
+        T.FAILED: frozenset({T.READY, T.WAITING}),
+        T.COMPLETED: frozenset(),
+        T.CANCELLED: frozenset(),
+    }
+)
 """Every change of a token's state the engine makes, as ``{from: {to, ...}}``.
 
 A write that keeps the state (a retry of a step that never left ``ready``: attempt + 1,
 a back-off) is not a move and needs no row here."""
 
-TOKEN_TERMINAL: frozenset[str] = frozenset(
-    s for s, targets in TOKEN_TRANSITIONS.items() if not targets
-)
+TOKEN_TERMINAL: frozenset[str] = TOKEN_TRANSITIONS.terminal
 TOKEN_ACTIVE: frozenset[str] = frozenset({T.READY, T.EXECUTING, T.WAITING, T.OUTCOME_UNKNOWN})
 """A token in one of these holds its instance open (``failed`` waits for a retry, but
 does not keep the instance running)."""
 
-
-def token_may_move(current: str, target: str) -> bool:
-    """Whether the table lets a token go from ``current`` to another state ``target``."""
-    return target in TOKEN_TRANSITIONS.get(current, frozenset())
+token_may_move = TOKEN_TRANSITIONS.allows
+"""Whether the table lets a token go from ``current`` to another state ``target``."""
