@@ -27,20 +27,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import signal
 import sys
-import tempfile
-import traceback
-from pathlib import Path
-from time import perf_counter
 
+from harness import SETTINGS, django_test_db, run_bench
 from pgserver import BenchSetupError, Server, postgres_server
-from report import Target, save_targets, say, verdicts
+from report import Target, say, verdicts
 from sections import load, show_baseline, show_experiment, show_instrumented, show_main
 
-ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = "govflow.settings.test"
 TARGET_RATE = 600.0
 TARGET_STATEMENTS = 8
 TARGET_COMMITS = 2
@@ -296,46 +290,15 @@ def bench(args: argparse.Namespace, server: Server, db_name: str) -> list[Target
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the server
-    started = perf_counter()
     say("GovFlow benchmark: one non-atomic ledger lifecycle on PostgreSQL")
     say("(operation_record 'dispatched' -> operation_observe 'succeeded')")
     say()
-    try:
-        with postgres_server() as server:
-            os.environ["DATABASE_URL"] = server.url
-            os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-            sys.path.insert(1, str(ROOT))  # as pytest's rootdir: the test settings load tests/
-            import django
 
-            django.setup()
-            from django.conf import settings
-            from django.db import connection
+    def body() -> list[Target]:
+        with postgres_server() as server, django_test_db(server, "govflow_bench") as db_name:
+            return bench(args, server, db_name)
 
-            original = connection.settings_dict["NAME"]
-            connection.settings_dict["TEST"]["NAME"] = f"govflow_bench_{os.getpid()}"
-            db_name = connection.creation.create_test_db(
-                verbosity=0, autoclobber=True, serialize=False
-            )
-            try:
-                targets = bench(args, server, db_name)
-            finally:
-                connection.creation.destroy_test_db(original, verbosity=0)
-                evidence = str(getattr(settings, "EVIDENCE_ROOT", ""))
-                if os.path.basename(evidence).startswith(
-                    "govflow-evidence-"
-                ) and evidence.startswith(tempfile.gettempdir()):
-                    shutil.rmtree(evidence, ignore_errors=True)
-    except BenchSetupError as exc:
-        say(f"\nThe benchmark could not set itself up: {exc}")
-        return 2
-    except Exception:
-        traceback.print_exc()
-        say("\nThe benchmark itself failed (traceback above): no figure above is valid.")
-        return 1
-    if args.targets_json:
-        save_targets(args.targets_json, targets)
-    say(f"(the benchmark took {perf_counter() - started:.0f} s)")
-    return 0
+    return run_bench(args.targets_json, body)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     make bench                                    # full run
     make bench ARGS=--quick                       # a short run of each
-    make bench ARGS="--only tasks"                # one of them: ledger, engine or tasks
+    make bench ARGS="--only tasks"                # one of them: ledger, engine, tasks, desk
     make bench ARGS="--ledger-args='--lifecycles 5000' --engine-args='--n 1000'"
 
 1. ``bench/ledger.py``: one non-atomic ledger lifecycle (record, then a verified success):
@@ -12,13 +12,16 @@
    steps/s, commits per step, recovery after SIGKILL, timer fire lag.
 3. ``bench/tasks.py``: fetch-and-lock of external tasks by 8 concurrent workers: claims/s
    through the service, duplicate claims, redelivery after expiry; API requests/s beside.
+4. ``bench/desk.py``: the operator's desk with 10,000 instances (1,000 blocked): page
+   times (median, 95th percentile) and queries of the work queue, the instance list and
+   an instance page of 200 steps.
 
-Both run on the same server: a throwaway durable one (``scripts/pg-server start DIR
+All run on the same server: a throwaway durable one (``scripts/pg-server start DIR
 durable``, see ``pgserver.py``) started here and stopped at the end, also on error or
 Ctrl-C, unless ``DATABASE_URL`` names one. Each benchmark runs in a process of its own (each
 sets Django up with its own settings), the ledger first: the engine benchmark then
 restarts the server with ``pg_stat_statements`` preloaded, which the ledger's figures are
-taken without. Each prints its own report; at the end one Targets table lists both.
+taken without. Each prints its own report; at the end one Targets table lists them all.
 
 Exit status: 0 when every benchmark ran, whether or not its targets were met (benchmarks
 report, tests assert); 1 when a benchmark itself failed; 2 when there was no server.
@@ -54,6 +57,7 @@ PARTS = (
     Part("ledger", "bench/ledger.py", "ledger lifecycle on PostgreSQL"),
     Part("engine", "bench/engine_vs_dbos.py", "GovFlow engine vs DBOS Transact"),
     Part("tasks", "bench/tasks.py", "external tasks: fetch-and-lock claims"),
+    Part("desk", "bench/desk.py", "the operator's desk with 10,000 instances"),
 )
 
 
@@ -68,13 +72,13 @@ class Outcome:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="make bench ARGS=…",
-        description="Both benchmarks in one run, on one durable PostgreSQL server.",
+        description="Every benchmark in one run, on one durable PostgreSQL server.",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a short run of each benchmark (3-4 minutes)"
     )
     parser.add_argument(
-        "--only", choices=[p.name for p in PARTS], help="run one benchmark only (default: both)"
+        "--only", choices=[p.name for p in PARTS], help="run one benchmark only (default: all)"
     )
     parser.add_argument(
         "--ledger-args",
@@ -87,6 +91,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="",
         metavar="ARGS",
         help="more options for bench/tasks.py, e.g. '--tasks 100000 --batch 20'",
+    )
+    parser.add_argument(
+        "--desk-args",
+        default="",
+        metavar="ARGS",
+        help="more options for bench/desk.py, e.g. '--instances 50000 --repeat 50'",
     )
     parser.add_argument(
         "--engine-args",
@@ -158,6 +168,7 @@ def main(argv: list[str]) -> int:
         "ledger": shlex.split(args.ledger_args),
         "engine": shlex.split(args.engine_args),
         "tasks": shlex.split(args.tasks_args),
+        "desk": shlex.split(args.desk_args),
     }
     quick = ["--quick"] if args.quick else []
     started = perf_counter()

@@ -23,19 +23,15 @@ redelivery after expiry. Exit 0 when it ran, met or not (benchmarks report, test
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
-import traceback
 from collections import Counter
-from pathlib import Path
 from time import perf_counter
 
-from pgserver import BenchSetupError, postgres_server
-from report import Target, save_targets, say, verdicts
+from harness import django_test_db, run_bench
+from pgserver import postgres_server
+from report import Target, say, verdicts
 
-ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = "govflow.settings.test"
 TOPIC = "bench.claims"
 TARGET_CLAIMS = 4000.0
 
@@ -241,36 +237,13 @@ def bench(args) -> list[Target]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    started = perf_counter()
     say("GovFlow benchmark: fetch-and-lock of external tasks on PostgreSQL")
-    try:
-        with postgres_server() as server:
-            os.environ["DATABASE_URL"] = server.url
-            os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-            sys.path.insert(1, str(ROOT))
-            import django
 
-            django.setup()
-            from django.db import connection
+    def body() -> list[Target]:
+        with postgres_server() as server, django_test_db(server, "govflow_bench_tasks"):
+            return bench(args)
 
-            original = connection.settings_dict["NAME"]
-            connection.settings_dict["TEST"]["NAME"] = f"govflow_bench_tasks_{os.getpid()}"
-            connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-            try:
-                targets = bench(args)
-            finally:
-                connection.creation.destroy_test_db(original, verbosity=0)
-    except BenchSetupError as exc:
-        say(f"\nThe benchmark could not set itself up: {exc}")
-        return 2
-    except Exception:
-        traceback.print_exc()
-        say("\nThe benchmark itself failed (traceback above): no figure above is valid.")
-        return 1
-    if args.targets_json:
-        save_targets(args.targets_json, targets)
-    say(f"(the benchmark took {perf_counter() - started:.0f} s)")
-    return 0
+    return run_bench(args.targets_json, body)
 
 
 if __name__ == "__main__":
