@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint format clean
+.PHONY: run test bench chaos lint format clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,11 @@ run: $(STAMP)  ## migrate SQLite, create demo logins, start the web server and a
 test: $(STAMP)  ## the whole suite on SQLite and on PostgreSQL (started here if needed)
 	$(PY) scripts/test_all.py $(ARGS)
 
-bench: $(STAMP)  ## ledger and engine-vs-DBOS benchmarks on one durable PostgreSQL server (ARGS=--quick: short)
+bench: $(STAMP)  ## ledger, engine-vs-DBOS, external-task and desk benchmarks on one durable PostgreSQL server (ARGS=--quick: short)
 	$(PY) bench/run.py $(ARGS)
+
+chaos: $(STAMP)  ## the engine under SIGKILLs, a pause and a backend kill; every promise counted (ARGS="--n 300 --kills 4")
+	$(PY) bench/chaos.py $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

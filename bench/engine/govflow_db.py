@@ -17,6 +17,9 @@ from .procs import wait_until
 STEPS = 5
 ACTION_NODES = tuple(f"s{i}" for i in range(1, STEPS + 1))
 """The five-no-op definition's action nodes (not its ``start`` node)."""
+EFFECTS_TABLE = "bench_effect"
+"""Where ``bench.effect`` (``make chaos``) writes a row each time it makes its effect:
+outside the engine's tables and transactions, on the provider's own connection."""
 
 
 @dataclass

@@ -6,7 +6,14 @@ provider call outside any transaction, and the settling commit.
 
 from __future__ import annotations
 
-from govflow.engine.provider import ActionDefinition, Succeeded, Unknown, VerificationCheck
+from bench.engine.govflow_db import EFFECTS_TABLE
+from govflow.engine.provider import (
+    ActionDefinition,
+    Failed,
+    Succeeded,
+    Unknown,
+    VerificationCheck,
+)
 
 SCHEMA = {"type": "object", "additionalProperties": True}
 
@@ -34,4 +41,56 @@ NOOP = ActionDefinition(
     checks=(VerificationCheck("nothing", "A no-op has no effect to look for."),),
     retry_budget=0,
     retry_backoff=1.0,
+)
+
+
+# -- bench.effect: an effect that can be counted (make chaos) ---------------------------
+
+_store: dict[str, object] = {}
+
+
+def _effects():
+    """The provider's own connection (one per process, opened on first use)."""
+    import os
+
+    import psycopg
+
+    if _store.get("pid") != os.getpid() or _store["conn"].closed:
+        _store.update(pid=os.getpid(), conn=psycopg.connect(os.environ["DATABASE_URL"]))
+        _store["conn"].autocommit = True
+    return _store["conn"]
+
+
+def _effect_execute(context):
+    _effects().execute(
+        f"INSERT INTO {EFFECTS_TABLE} (key, instance_id, step_id) VALUES (%s, %s, %s)",
+        (context.idempotency_key, context.instance_id, context.step_id),
+    )
+    return Succeeded({})
+
+
+def _effect_reconcile(context):
+    found = (
+        _effects()
+        .execute(f"SELECT 1 FROM {EFFECTS_TABLE} WHERE key = %s", (context.idempotency_key,))
+        .fetchone()
+    )
+    if found:
+        return Succeeded({})
+    return Failed("no effect was made under this idempotency key")
+
+
+EFFECT = ActionDefinition(
+    name="bench.effect",
+    recovery_mode="non_atomic",
+    title="Make a countable effect (chaos benchmark)",
+    input_schema=SCHEMA,
+    preview=_preview,
+    execute=_effect_execute,
+    reconcile=_effect_reconcile,
+    checks=(VerificationCheck("row", "Look for the effect's row under its idempotency key."),),
+    retry_budget=0,
+    retry_backoff=1.0,
+    reconcile_settles=True,
+    reconcile_backoff=1.0,
 )

@@ -9,6 +9,7 @@ class NoopProviderConfig(AppConfig):
     def ready(self) -> None:
         from govflow.engine import provider
 
-        from .actions import NOOP
+        from .actions import EFFECT, NOOP
 
         provider.register(NOOP)
+        provider.register(EFFECT)

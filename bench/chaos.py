@@ -1,0 +1,338 @@
+"""``make chaos``: the engine under faults, and every promise counted afterwards.
+
+    make chaos                                    # 1,000 instances, 12 SIGKILLs
+    make chaos ARGS="--n 300 --kills 4 --seed 7"  # shorter; the same seed, the same faults
+
+Two ``manage.py qcluster`` process groups on two "hosts" (``GOVFLOW_HOST_ID``) run N
+instances of five steps on one durable PostgreSQL server. Each step makes an effect that
+can be counted: a row written by the provider on its own connection, outside the engine's
+transactions (``bench.effect``; its reconcile looks the row up and settles on its word).
+While they run, a seeded random schedule of faults:
+
+- ``--kills`` SIGKILLs of a whole cluster's process group, each restarted at once;
+- halfway, one SIGSTOP of a cluster for longer than the lease (``--lease-ttl``): the time
+  until another holder has taken over every lease the paused one held is the *takeover*;
+  then SIGCONT, and the resumed workers must change nothing;
+- then one ``pg_terminate_backend`` of every engine connection.
+
+After the last fault it waits for every instance to settle (completed, or stopped for a
+person) and counts, each of which must be 0: lost instances, duplicate transitions (a step
+or ledger operation completed twice), duplicate effects (two rows for one idempotency
+key), phantom successes (a completed step with no effect row), unknown outcomes without a
+handoff (an ``outcome_unknown`` step whose instance is not blocked), chain failures
+(``chain_verify`` of every instance). It prints the takeover time (target: lease TTL + 2 s)
+and the drain time after the last fault, and the queue tasks per instance run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness import run_bench  # noqa: E402  (bench/ itself is the script's folder)
+from pgserver import postgres_server  # noqa: E402
+from report import Target, say, table, verdicts  # noqa: E402
+
+from bench.engine import govflow_db as gdb  # noqa: E402
+from bench.engine import govflow_side as gf  # noqa: E402
+from bench.engine.procs import kill_all  # noqa: E402
+
+STEPS = [f"s{i}" for i in range(1, 6)]
+DEFINITION = "bench.chaos_effects"
+SETTLE_TIMEOUT = 900.0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="make chaos ARGS=…", description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="instances (default 1000)")
+    parser.add_argument("--kills", type=int, default=12, help="cluster SIGKILLs (default 12)")
+    parser.add_argument("--seed", type=int, default=2026, help="the fault schedule's seed")
+    parser.add_argument("--workers", type=int, default=2, help="workers per cluster")
+    parser.add_argument("--lease-ttl", type=float, default=5.0, help="GOVFLOW_LEASE_TTL, s")
+    parser.add_argument("--quick", action="store_true", help="300 instances, 4 kills")
+    parser.add_argument("--targets-json", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.kills = 300, 4
+    return args
+
+
+def document() -> dict:
+    chain = ["start", *STEPS, "end"]
+    return {
+        "key": DEFINITION,
+        "version": 1,
+        "title": "Five countable effects",
+        "nodes": [
+            {"id": "start", "type": "start", "title": "Start"},
+            *(
+                {"id": s, "type": "action", "title": s, "action": "bench.effect", "input": {}}
+                for s in STEPS
+            ),
+            {"id": "end", "type": "end", "title": "End"},
+        ],
+        "transitions": [{"from": a, "to": b} for a, b in itertools.pairwise(chain)],
+    }
+
+
+def sql(query: str, *params) -> list[tuple]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+class Clusters:
+    """Two clusters on two host names, restarted under the same name after a kill."""
+
+    def __init__(self, url: str, args: argparse.Namespace, log_dir: Path) -> None:
+        self.url, self.args, self.log_dir = url, args, log_dir
+        self.running = {host: self._start(host, 0) for host in ("host-a", "host-b")}
+        self.starts = {host: 0 for host in self.running}
+
+    def _start(self, host: str, number: int) -> gf.Cluster:
+        overrides = {
+            "GOVFLOW_HOST_ID": host,
+            "GOVFLOW_LEASE_TTL": str(self.args.lease_ttl),
+            "GOVFLOW_SWEEP_LEASE_TTL": str(self.args.lease_ttl),
+        }
+        return gf.Cluster.start(
+            name=f"chaos-{host}-{number}",
+            url=self.url,
+            workers=self.args.workers,
+            overrides=overrides,
+            log_dir=self.log_dir,
+        )
+
+    def kill_and_restart(self, host: str) -> None:
+        self.running[host].kill()
+        self.starts[host] += 1
+        self.running[host] = self._start(host, self.starts[host])
+
+    def groups(self) -> list:
+        return [c.group for c in self.running.values()]
+
+    def stop(self) -> None:
+        for cluster in self.running.values():
+            cluster.kill()
+
+
+def held_leases(pids: set[int]) -> dict[str, int]:
+    """The unexpired instance leases held by processes ``pids``: {key: fence}."""
+    rows = sql(
+        "SELECT key, holder, fence FROM recovery_lease "
+        "WHERE key LIKE 'instance:%%' AND expires_at > clock_timestamp()"
+    )
+    return {key: fence for key, holder, fence in rows if gdb.holder_pid(holder) in pids}
+
+
+def busiest(clusters: Clusters, patience: float = 10.0) -> str:
+    """The host whose cluster holds the most instance leases now (waiting up to
+    ``patience`` seconds for one to hold any), so the pause strands work in flight."""
+    deadline = time.monotonic() + patience
+    while True:
+        held = {h: len(held_leases(c.group.pids())) for h, c in clusters.running.items()}
+        host = max(sorted(held), key=held.get)
+        if held[host] or time.monotonic() > deadline:
+            return host
+        time.sleep(0.05)
+
+
+def pause(clusters: Clusters, host: str, ttl: float) -> tuple[float | None, int]:
+    """SIGSTOP ``host``'s cluster past its lease; the seconds until every lease it held was
+    taken over by another holder (None: not within the pause), and how many it held."""
+    group = clusters.running[host].group
+    held = held_leases(group.pids())
+    os.killpg(group.pgid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    takeover = None
+    try:
+        while time.monotonic() - stopped < ttl + 30:
+            if held and takeover is None and _all_taken(held):
+                takeover = time.monotonic() - stopped
+            if not held or (takeover is not None and time.monotonic() - stopped > ttl + 3):
+                break
+            time.sleep(0.1)
+    finally:
+        os.killpg(group.pgid, signal.SIGCONT)
+    return takeover, len(held)
+
+
+def _all_taken(held: dict[str, int]) -> bool:
+    """Whether every lease of ``held`` now has a newer fence (another holder took it)."""
+    rows = dict(sql("SELECT key, fence FROM recovery_lease WHERE key = ANY(%s)", list(held)))
+    return all(rows.get(key, 0) > fence for key, fence in held.items())
+
+
+def terminate_backends() -> int:
+    """``pg_terminate_backend`` every other connection to this database; how many."""
+    rows = sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    return sum(1 for (done,) in rows if done)
+
+
+def faults(clusters: Clusters, args: argparse.Namespace, ids: list[int]) -> dict:
+    rng = random.Random(args.seed)
+    hosts = sorted(clusters.running)
+    took, held, terminated, log = None, 0, 0, []
+    for round_ in range(args.kills):
+        _wait_some_progress(ids, rng.uniform(0.5, 2.5), clusters)
+        host = rng.choice(hosts)
+        clusters.kill_and_restart(host)
+        log.append(f"SIGKILL {host}")
+        if round_ == args.kills // 2:
+            host = busiest(clusters)
+            took, held = pause(clusters, host, args.lease_ttl)
+            log.append(f"SIGSTOP {host} ({held} leases) > lease, SIGCONT")
+            terminated = terminate_backends()
+            log.append(f"pg_terminate_backend x{terminated}")
+    say("faults: " + ", ".join(log))
+    return {"takeover": took, "held": held, "terminated": terminated}
+
+
+def _wait_some_progress(ids: list[int], seconds: float, clusters: Clusters) -> None:
+    """Let the clusters run for ``seconds`` (the schedule's gap), checking they live."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for group in clusters.groups():
+            group.check()
+        time.sleep(0.05)
+
+
+def counts(ids: list[int]) -> dict[str, int]:
+    """Every promise, counted on the rows (each must be 0) and the statuses."""
+    from recovery import api
+
+    first, last = ids[0], ids[-1]
+    span = (first, last)
+    statuses = dict(
+        sql(
+            "SELECT status, count(*) FROM engine_instance WHERE id BETWEEN %s AND %s "
+            "GROUP BY status",
+            *span,
+        )
+    )
+    settled = sum(statuses.get(s, 0) for s in gdb.SETTLED)
+    one = "SELECT count(*) FROM ({}) t"
+    dup_tokens = sql(
+        one.format(
+            "SELECT instance_id, node_id FROM engine_token WHERE state = 'completed' "
+            "AND instance_id BETWEEN %s AND %s GROUP BY 1, 2 HAVING count(*) > 1"
+        ),
+        *span,
+    )[0][0]
+    dup_ops = sql(
+        one.format(
+            "SELECT subject_id, step_id FROM recovery_operation WHERE subject_type = "
+            "'govflow.instance' AND state IN ('succeeded', 'effect_confirmed') "
+            "GROUP BY 1, 2 HAVING count(*) > 1"
+        )
+    )[0][0]
+    dup_effects = sql(
+        one.format(f"SELECT key FROM {gdb.EFFECTS_TABLE} GROUP BY key HAVING count(*) > 1")
+    )[0][0]
+    phantoms = sql(
+        "SELECT count(*) FROM engine_token t WHERE t.state = 'completed' AND t.node_id = ANY(%s) "
+        "AND t.instance_id BETWEEN %s AND %s AND NOT EXISTS (SELECT 1 FROM "
+        f"{gdb.EFFECTS_TABLE} e WHERE e.instance_id = t.instance_id AND e.step_id = t.node_id)",
+        STEPS,
+        *span,
+    )[0][0]
+    unhanded = sql(
+        "SELECT count(*) FROM engine_token t JOIN engine_instance i ON i.id = t.instance_id "
+        "WHERE t.state = 'outcome_unknown' AND i.status <> 'blocked' "
+        "AND i.id BETWEEN %s AND %s",
+        *span,
+    )[0][0]
+    broken = sum(
+        1 for pk in ids if not api.chain_verify(api.Subject("govflow.instance", str(pk))).ok
+    )
+    return {
+        "statuses": statuses,
+        "lost": len(ids) - settled,
+        "duplicate transitions": dup_tokens + dup_ops,
+        "duplicate effects": dup_effects,
+        "phantom successes": phantoms,
+        "unknown without handoff": unhanded,
+        "chain failures": broken,
+    }
+
+
+def bench(args: argparse.Namespace) -> list[Target]:
+    log_dir = Path(tempfile.mkdtemp(prefix="govflow-chaos-"))
+    say(f"logs: {log_dir}")
+    with postgres_server() as server:
+        url = gf.setup_django(server, "chaos", log_dir)
+        sql(
+            f"CREATE TABLE {gdb.EFFECTS_TABLE} (id bigserial PRIMARY KEY, key text NOT NULL, "
+            "instance_id bigint NOT NULL, step_id text NOT NULL)"
+        )
+        definition = gf.publish(document())
+        clusters = Clusters(url, args, log_dir)
+        try:
+            ids, _ = gdb.start_instances(definition, args.n, 4)
+            say(f"{len(ids):,} instances started; faults from seed {args.seed}")
+            fault = faults(clusters, args, ids)
+            last_fault = time.monotonic()
+            poller = gdb.Poller()
+            try:
+                gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=clusters.groups())
+            except TimeoutError as exc:
+                say(f"not settled: {exc}")
+            drain = time.monotonic() - last_fault
+            runs = gdb.tasks_enqueued()
+        finally:
+            clusters.stop()
+            kill_all()
+        found = counts(ids)
+    return report(args, fault, drain, runs, found)
+
+
+def report(args, fault: dict, drain: float, tasks: int, found: dict) -> list[Target]:
+    say()
+    say("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(found["statuses"].items())))
+    zero = ("lost", "duplicate transitions", "duplicate effects", "phantom successes")
+    zero += ("unknown without handoff", "chain failures")
+    targets = [Target(name, str(found[name]), "0", found[name] == 0) for name in zero]
+    limit = args.lease_ttl + 2
+    took = fault["takeover"]
+    targets.append(
+        Target(
+            f"takeover after a pause ({fault['held']} leases, TTL {args.lease_ttl:g} s)",
+            "none" if took is None else f"{took:.1f} s",
+            f"<= {limit:g} s",
+            None if took is None else took <= limit,
+        )
+    )
+    notes = [
+        ("drain after the last fault", f"{drain:.1f} s", "", "reference"),
+        ("queue tasks per instance", f"{tasks / max(1, args.n):.2f}", "", "reference"),
+        ("engine connections terminated", str(fault["terminated"]), "", "reference"),
+    ]
+    say(table(("setting", "value"), [("instances", args.n), ("kills", args.kills)], {1}))
+    say()
+    say(verdicts(targets, notes))
+    return targets
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    say(f"GovFlow chaos: {args.n:,} instances, {args.kills} SIGKILLs, a pause, a backend kill")
+    return run_bench(args.targets_json, lambda: bench(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
