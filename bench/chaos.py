@@ -151,14 +151,14 @@ def busiest(clusters: Clusters, patience: float = 10.0) -> str:
 
 def pause(clusters: Clusters, host: str, ttl: float) -> tuple[float | None, int]:
     """SIGSTOP ``host``'s cluster past its lease; the seconds until every lease it held was
-    taken over by another holder (None: not within the pause), and how many it held."""
+    taken over by another holder (None: not within TTL + 90 s), and how many it held."""
     group = clusters.running[host].group
     held = held_leases(group.pids())
     os.killpg(group.pgid, signal.SIGSTOP)
     stopped = time.monotonic()
     takeover = None
     try:
-        while time.monotonic() - stopped < ttl + 30:
+        while time.monotonic() - stopped < ttl + 90:
             if held and takeover is None and _all_taken(held):
                 takeover = time.monotonic() - stopped
             if not held or (takeover is not None and time.monotonic() - stopped > ttl + 3):
