@@ -126,15 +126,7 @@ def batch_preview(
     *, user, token_ids: Iterable[int], kind: str, rationale: str, checks: Mapping[str, str]
 ) -> BatchPreview:
     """The preview of a batch on ``token_ids``, or :class:`BatchRefused` saying why not."""
-    wanted = sorted({int(t) for t in token_ids})
-    if not wanted:
-        raise BatchRefused(_("Select at least one step whose outcome is unknown."))
-    if len(wanted) > MAX_ROWS:
-        raise BatchRefused(
-            _("A batch takes at most %(max)s steps; select fewer.") % {"max": MAX_ROWS}
-        )
-    if kind not in BATCH_KINDS:
-        raise BatchRefused(_("A batch records effect confirmed or effect absent."))
+    wanted = _wanted(token_ids, kind)
     tokens = list(uncertain_steps(user).filter(pk__in=wanted))
     missing = sorted(set(wanted) - {t.pk for t in tokens})
     if missing:
@@ -174,21 +166,34 @@ def batch_preview(
     )
     if kind == DecisionKind.EFFECT_CONFIRMED:
         _refuse_results_needed(tokens, spec, action_name)
-    for token in sorted(tokens, key=lambda t: (t.instance_id, t.pk)):
-        node = spec.nodes.get(token.node_id, {})
-        preview.rows.append(
-            PreviewRow(
-                token_id=token.pk,
-                instance_id=token.instance_id,
-                case_title=f"{definition.title or definition.key} #{token.instance_id}",
-                step_title=node.get("title") or token.node_id,
-                operation_key=token.operation_key,
-                idempotency_key=token.idempotency_key,
-                attempt=token.attempt,
-                revision=standing[token.operation_key].revision,
-            )
+    preview.rows = [
+        PreviewRow(
+            token_id=token.pk,
+            instance_id=token.instance_id,
+            case_title=f"{definition.title or definition.key} #{token.instance_id}",
+            step_title=spec.nodes.get(token.node_id, {}).get("title") or token.node_id,
+            operation_key=token.operation_key,
+            idempotency_key=token.idempotency_key,
+            attempt=token.attempt,
+            revision=standing[token.operation_key].revision,
         )
+        for token in sorted(tokens, key=lambda t: (t.instance_id, t.pk))
+    ]
     return preview
+
+
+def _wanted(token_ids: Iterable[int], kind: str) -> list[int]:
+    """The selected step ids, once each, or a refusal of a selection no batch can take."""
+    wanted = sorted({int(t) for t in token_ids})
+    if not wanted:
+        raise BatchRefused(_("Select at least one step whose outcome is unknown."))
+    if len(wanted) > MAX_ROWS:
+        raise BatchRefused(
+            _("A batch takes at most %(max)s steps; select fewer.") % {"max": MAX_ROWS}
+        )
+    if kind not in BATCH_KINDS:
+        raise BatchRefused(_("A batch records effect confirmed or effect absent."))
+    return wanted
 
 
 def _definition_label(tokens: list[Token], definition_id: int) -> str:

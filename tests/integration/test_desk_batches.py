@@ -328,9 +328,10 @@ def test_roles_another_tenants_steps_and_batches(django_user_model, operator, ch
     # Another tenant's step cannot be put into a batch: refused, nothing recorded.
     refused = as_stranger.post(reverse(PREVIEW), terms(steps))
     assert any("are not among your steps" in m for m in messages_of(refused))
-    assert str(steps[0].operation_key) not in as_stranger.get(
-        reverse(SELECT) + "?action=alpha.write"
-    ).content.decode()
+    assert (
+        str(steps[0].operation_key)
+        not in as_stranger.get(reverse(SELECT) + "?action=alpha.write").content.decode()
+    )
     # Another tenant's batch is not found.
     ops = logged_in(operator)
     ops.post(reverse(SUBMIT), submission(previewed(ops, steps), steps))
