@@ -364,3 +364,27 @@ def test_previewing_40_steps_takes_a_bounded_number_of_queries(
     with django_assert_max_num_queries(12):
         response = previewed(ops, steps)
     assert len(response.context["preview"].rows) == 40
+
+
+def test_a_broken_chain_refuses_the_batch_and_its_incident_stays_open(operator, checker):
+    from recovery.models import Checkpoint, IntegrityIncident
+
+    steps = uncertain(2)
+    ops = logged_in(operator)
+    ops.post(reverse(SUBMIT), submission(previewed(ops, steps), steps))
+    batch = DecisionBatch.objects.get()
+    broken = steps[1].instance_id
+    Checkpoint.objects.filter(subject_id=str(broken), seq=1).update(fact='{"edited": true}')
+    assert not IntegrityIncident.objects.exists()
+
+    refused = logged_in(checker).post(
+        reverse("admin:handoffs_decisionbatch_approve", args=[batch.pk]), follow=True
+    )
+    assert any(
+        f"of instance {broken}" in m and "Nothing was applied" in m for m in messages_of(refused)
+    )
+    assert IntegrityIncident.objects.filter(subject_id=str(broken), status="open").exists()
+    assert DecisionBatch.objects.get().state == BatchState.REQUESTED
+    assert set(Decision.objects.values_list("state", flat=True)) == {"requested"}
+    steps[0].refresh_from_db()
+    assert steps[0].state == TokenState.OUTCOME_UNKNOWN

@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext as _
 
 from govflow.engine.errors import EngineError, NotPermitted
-from recovery.api import RecoveryError, operations_standing
+from recovery.api import ChainBroken, RecoveryError, incident_open, operations_standing
 
 from ..batches import BatchPreview, BatchRefused, batch_fingerprint, batch_preview
 from ..models import BatchItem, BatchState, DecisionBatch
@@ -202,32 +202,44 @@ def _require_unmoved(batch: DecisionBatch) -> None:
 def batch_approve(*, batch_id: int, actor) -> DecisionBatch:
     """Approve every decision of another person's batch in one transaction, or none."""
     _require(actor, APPROVE, doing=_("approve decisions"))
-    with transaction.atomic():
-        batch = _claim(batch_id, actor, BatchState.APPROVED)
-        _require_unmoved(batch)
-        # One fixed order (instance, then step) so two batches never wait on each other.
-        items = sorted(
-            batch.items.select_related("token"), key=lambda i: (i.token.instance_id, i.token_id)
-        )
-        for item in items:
-            try:
-                handoff_approve(decision_id=item.decision_id, actor=actor)
-            except (EngineError, RecoveryError) as exc:
-                raise BatchRefused(
-                    _(
-                        "Batch %(batch)s cannot be applied: step '%(step)s' of instance "
-                        "%(id)s (operation %(key)s…): %(why)s Nothing was applied."
-                    )
-                    % {
-                        "batch": batch.pk,
-                        "step": item.token.node_id,
-                        "id": item.token.instance_id,
-                        "key": item.operation_key[:15],
-                        "why": exc,
-                    }
-                ) from exc
+    try:
+        with transaction.atomic():
+            batch = _claim(batch_id, actor, BatchState.APPROVED)
+            _require_unmoved(batch)
+            # One fixed order (instance, then step) so two batches never wait on each other.
+            items = sorted(
+                batch.items.select_related("token"),
+                key=lambda i: (i.token.instance_id, i.token_id),
+            )
+            for item in items:
+                _approve_item(batch, item, actor)
+    except BatchRefused as exc:
+        if isinstance(exc.__cause__, ChainBroken):
+            # The incident handoff_approve opened rolled back with the batch: open it now,
+            # after the rollback, so the broken chain stops its instance (fail closed).
+            incident_open(verification=exc.__cause__.result)
+        raise
     batch.refresh_from_db()
     return batch
+
+
+def _approve_item(batch: DecisionBatch, item: BatchItem, actor) -> None:
+    try:
+        handoff_approve(decision_id=item.decision_id, actor=actor)
+    except (EngineError, RecoveryError) as exc:
+        raise BatchRefused(
+            _(
+                "Batch %(batch)s cannot be applied: step '%(step)s' of instance %(id)s "
+                "(operation %(key)s…): %(why)s Nothing was applied."
+            )
+            % {
+                "batch": batch.pk,
+                "step": item.token.node_id,
+                "id": item.token.instance_id,
+                "key": item.operation_key[:15],
+                "why": exc,
+            }
+        ) from exc
 
 
 def batch_reject(*, batch_id: int, actor, note: str) -> DecisionBatch:
