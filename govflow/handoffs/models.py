@@ -67,9 +67,9 @@ class DecisionBatch(models.Model):
         indexes = [models.Index(fields=["state", "requested_at"], name="handoffs_batch_open")]
 
     def __str__(self) -> str:
-        return _("Batch %(id)s: %(n)s decision(s) on %(action)s") % {
+        return _("Batch %(id)s: %(kind)s on %(action)s") % {
             "id": self.pk,
-            "n": self.items.count(),
+            "kind": self.kind,
             "action": self.action,
         }
 
