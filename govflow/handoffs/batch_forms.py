@@ -72,8 +72,18 @@ class BatchTermsForm(forms.Form):
             )
             self.check_ids.append(check.id)
 
+    def clean_rationale(self) -> str:
+        return one_newline(self.cleaned_data["rationale"])
+
     def check_answers(self) -> dict[str, str]:
-        return {c: self.cleaned_data[CHECK_PREFIX + c].strip() for c in self.check_ids}
+        return {c: one_newline(self.cleaned_data[CHECK_PREFIX + c]) for c in self.check_ids}
 
     def kind_label(self) -> str:
         return DecisionKind(self.cleaned_data["kind"]).label
+
+
+def one_newline(text: str) -> str:
+    """``text`` with every line break a line feed, stripped: the text typed in the form and
+    its hidden copy in the preview give the same fingerprint whatever line breaks a client
+    sends (browsers send CR LF; a script may send LF alone)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()

@@ -31,7 +31,7 @@ def test_an_operator_triages_three_unknown_outcomes_and_a_second_person_approves
     for step in chosen:
         desk.driver.find_element(By.ID, f"step-{step.pk}").click()
     desk.choose("kind", "effect_confirmed")
-    desk.fill("rationale", "The registry's export after the outage lists these three writes.")
+    desk.fill("rationale", "The registry's export after the outage\nlists these three writes.")
     desk.fill("check_store", "Each idempotency key is in the export.")
     desk.press("Preview the batch")
 

@@ -157,6 +157,18 @@ def test_a_batch_approved_by_a_second_person_applies_each_decision_and_the_insta
         assert api.chain_verify(api.Subject("govflow.instance", str(instance.pk))).ok
 
 
+def test_a_rationale_of_several_lines_survives_the_preview_s_round_trip(operator):
+    """Typed with CR LF, posted back by a client that sends LF alone: the same batch."""
+    steps = uncertain(1)
+    ops = logged_in(operator)
+    response = previewed(ops, steps, rationale="Export checked.\r\nLine 1 shows it.")
+    data = submission(response, steps)
+    data["rationale"] = "Export checked.\nLine 1 shows it."
+    done = ops.post(reverse(SUBMIT), data, follow=True)
+    assert any("is requested" in m for m in messages_of(done)), messages_of(done)
+    assert Decision.objects.get().rationale.startswith("Export checked.\nLine 1 shows it.")
+
+
 def test_a_changed_selection_is_refused_and_nothing_is_recorded(operator):
     steps = uncertain(3)
     ops = logged_in(operator)

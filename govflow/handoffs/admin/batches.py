@@ -127,7 +127,7 @@ class DecisionBatchAdmin(ReadOnlyAdmin):
                 user=request.user,
                 token_ids=form.cleaned_data["steps"],
                 kind=form.cleaned_data["kind"],
-                rationale=form.cleaned_data["rationale"].strip(),
+                rationale=form.cleaned_data["rationale"],
                 checks=form.check_answers(),
             )
         except BatchRefused as exc:
@@ -166,7 +166,7 @@ class DecisionBatchAdmin(ReadOnlyAdmin):
                 submission=BatchSubmission(
                     token_ids=steps,
                     kind=form.cleaned_data["kind"],
-                    rationale=form.cleaned_data["rationale"].strip(),
+                    rationale=form.cleaned_data["rationale"],
                     checks=form.check_answers(),
                     fingerprint=request.POST.get("fingerprint", ""),
                     previewed=_previewed(request.POST.getlist("previewed")),
@@ -198,7 +198,7 @@ class DecisionBatchAdmin(ReadOnlyAdmin):
                 user=request.user,
                 token_ids=form.cleaned_data["steps"],
                 kind=form.cleaned_data["kind"],
-                rationale=form.cleaned_data["rationale"].strip(),
+                rationale=form.cleaned_data["rationale"],
                 checks=form.check_answers(),
             )
         except BatchRefused as exc:
