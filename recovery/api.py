@@ -62,6 +62,7 @@ from .projections import (
 from .schemas import schema_problems
 from .selectors import (
     LeaseView,
+    OperationStanding,
     OperationView,
     checkpoints_of,
     decision_awaiting_exists,
@@ -83,6 +84,7 @@ from .selectors import (
     operation_get,
     operation_keys_of_action,
     operations_of,
+    operations_standing,
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
@@ -209,6 +211,7 @@ __all__ = [
     "ObservationKind",
     "OperationExists",
     "OperationNotFound",
+    "OperationStanding",
     "OperationState",
     "OperationView",
     "ProjectionMismatch",
@@ -298,6 +301,7 @@ __all__ = [
     "operation_record",
     "operations_for_effect",
     "operations_of",
+    "operations_standing",
     "parse_json",
     "projection_fingerprint",
     "projection_head_sql",

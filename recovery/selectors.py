@@ -10,11 +10,12 @@ related rows a page shows already joined.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, Exists, F, QuerySet
+from django.db.models import BooleanField, Exists, F, OuterRef, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
@@ -34,6 +35,7 @@ from .subjects import Subject
 
 __all__ = [
     "LeaseView",
+    "OperationStanding",
     "OperationView",
     "checkpoints_of",
     "decision_awaiting_exists",
@@ -143,6 +145,28 @@ def decisions_requested() -> QuerySet[Decision]:
 def operation_keys_of_action(action: str) -> QuerySet[Operation]:
     """The keys of the operations of ``action``, as a subquery (``.values("key")``)."""
     return Operation.objects.filter(action=action).values("key")
+
+
+@dataclass(frozen=True)
+class OperationStanding:
+    """Where one operation stands now: what a batch preview binds itself to."""
+
+    key: str
+    action: str
+    state: str
+    revision: int
+    awaiting_decision: bool
+
+
+def operations_standing(keys: Iterable[str]) -> dict[str, OperationStanding]:
+    """The state and ledger revision of each operation in ``keys``, by key (one query);
+    keys the ledger does not have are left out."""
+    rows = (
+        Operation.objects.filter(key__in=list(keys))
+        .annotate(awaiting=decision_awaiting_exists(OuterRef("key")))
+        .values_list("key", "action", "state", "revision", "awaiting")
+    )
+    return {row[0]: OperationStanding(*row) for row in rows}
 
 
 def decision_awaiting_exists(operation_key: Any) -> Exists:

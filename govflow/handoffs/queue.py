@@ -22,8 +22,9 @@ from govflow.engine.models import Definition, Incident, Instance, Token
 from govflow.engine.projection import SUBJECT_TYPE
 from govflow.engine.services.definitions import trusted_spec
 from govflow.engine.states import InstanceStatus, TokenState, WaitKind
-from govflow.engine.tenancy import instances_of
+from govflow.engine.tenancy import instances_of, scope
 from recovery.api import (
+    DecisionKind,
     decisions_requested,
     incidents_open,
     leases_stale,
@@ -100,6 +101,7 @@ class Queue:
         return [
             self.unknown(),
             self.decisions_to_approve(),
+            self.batches_to_approve(),
             self.my_requests(),
             self.approvals(),
             self.integrity_incidents(),
@@ -152,6 +154,31 @@ class Queue:
             return section
         decisions = self._decisions().exclude(requested_by=self.user)
         return self.fill(section, decisions, self._decision_row)
+
+    def batches_to_approve(self) -> Section:
+        """Batches of decisions (bulk triage) another person asked me to approve whole."""
+        from .models import BatchState, DecisionBatch
+
+        section = Section(
+            "batches",
+            _("Batches awaiting my approval"),
+            _("Several decisions of one kind, approved or rejected as a whole; never your own."),
+            url=reverse("admin:handoffs_decisionbatch_changelist") + "?state__exact=requested",
+        )
+        if not self.user.has_perm(APPROVE_DECISION):
+            return section
+        batches = DecisionBatch.objects.filter(state=BatchState.REQUESTED).exclude(
+            requested_by=self.user
+        )
+        if self.filters.tenant:
+            batches = batches.filter(tenant=self.filters.tenant)
+        if self.filters.definition:
+            batches = batches.filter(definition__key=self.filters.definition)
+        if self.filters.action:
+            batches = batches.filter(action=self.filters.action)
+        batches = scope(self.older(batches, "requested_at"), self.user)
+        batches = batches.select_related("requested_by").annotate(n=Count("items"))
+        return self.fill(section, batches.order_by("requested_at", "pk"), self._batch_row)
 
     def my_requests(self) -> Section:
         section = Section(
@@ -275,6 +302,22 @@ class Queue:
             % {"step": operation.step_id, "who": decision.requested_by},
             instance_url(operation.subject_id),
             decision.requested_at,
+        )
+
+    @staticmethod
+    def _batch_row(batch) -> Row:
+        return Row(
+            _("Batch %(id)s: %(kind)s on %(n)s step(s) of %(action)s")
+            % {
+                "id": batch.pk,
+                "n": batch.n,
+                "kind": DecisionKind(batch.kind).label,
+                "action": batch.action,
+            },
+            _("tenant %(tenant)s, asked by %(who)s")
+            % {"tenant": batch.tenant, "who": batch.requested_by},
+            reverse("admin:handoffs_decisionbatch_change", args=[batch.pk]),
+            batch.requested_at,
         )
 
     @staticmethod

@@ -34,6 +34,7 @@ def test_the_demo_operator_sees_the_queue_and_follows_a_link(browser, tmp_path):
     assert counts == {
         "unknown": 3,
         "approve": 0,  # an operator approves no decisions
+        "batches": 0,  # nor batches of them (bulk triage)
         "requests": 3,
         "approvals": 3,
         "integrity": 3,

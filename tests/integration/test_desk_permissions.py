@@ -36,6 +36,7 @@ TENANT_MODELS = {
     "recovery_decision": "decision",
     "api_apikey": "apikey",
     "govflow_demo_decisionnote": "decisionnote",
+    "handoffs_decisionbatch": "decisionbatch",
 }
 GLOBAL_MODELS = {
     "engine_definition": "definition",
@@ -77,7 +78,8 @@ INCIDENT_PARAM = {  # incident_id names an engine incident on the instance page
     "engine_instance_incident_resolve": "incident",
 }
 POST_ONLY = re.compile(
-    r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request)$"
+    r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request"
+    r"|preview|submit)$"
 )
 
 
@@ -154,6 +156,7 @@ def world(django_user_model):
     ids["migration"] = 999_999  # none exists: the instance is checked first
     ids["apikey"] = make_key("north")
     ids["decisionnote"] = make_note(instance_id)
+    ids["decisionbatch"] = make_batch("north", requester, ids)
     ids["user"] = requester.pk
     ids["group"] = Group.objects.get(name="Operator").pk
     return ids
@@ -164,6 +167,33 @@ def make_key(tenant: str) -> str:
 
     key, _ = ApiKey.objects.create_key(name="k", tenant=tenant, scopes=["all"])
     return key.pk
+
+
+def make_batch(tenant: str, requester, ids: dict) -> int:
+    """A bulk-triage batch of the tenant, holding its decision."""
+    from govflow.engine.models import Token
+    from govflow.handoffs.models import BatchItem, DecisionBatch
+
+    token = Token.objects.get(pk=ids["token"])
+    batch = DecisionBatch.objects.create(
+        kind="effect_absent",
+        action="demo.x",
+        definition=token.instance.definition,
+        tenant=tenant,
+        fingerprint=FP,
+        rationale="r",
+        requested_by=requester,
+        requested_at=timezone.now(),
+    )
+    BatchItem.objects.create(
+        batch=batch,
+        decision_id=ids["decision"],
+        token=token,
+        operation_key="op-x",
+        revision=1,
+        reference="line 1",
+    )
+    return batch.pk
 
 
 def make_note(instance_id: int) -> int:

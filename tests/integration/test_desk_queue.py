@@ -56,6 +56,7 @@ def test_the_home_counts_what_needs_a_person_in_my_tenants_only(people):
     assert olga == {
         "unknown": 3,
         "approve": 0,  # she may not approve decisions
+        "batches": 0,  # nor batches of them
         "requests": 3,  # she asked for the three decisions
         "approvals": 3,  # the approval node needs engine.operate_instance, an operator's
         "integrity": 3,
@@ -68,6 +69,45 @@ def test_the_home_counts_what_needs_a_person_in_my_tenants_only(people):
     assert (anna["approve"], anna["requests"]) == (3, 0)  # others' requests, never her own
     sam = counts(logged_in(people["sam"]).get(HOME))
     assert (sam["unknown"], sam["requests"], sam["stuck"]) == (2, 2, 2)
+
+
+def test_batches_awaiting_my_approval_are_others_batches_of_my_tenants(people):
+    from django.utils import timezone
+
+    from govflow.engine.models import Token
+    from govflow.handoffs.models import BatchItem, DecisionBatch
+
+    def batch_of(made, requester) -> DecisionBatch:
+        instance = made.instances[0]
+        batch = DecisionBatch.objects.create(
+            kind="effect_absent",
+            action="demo.x",
+            definition=instance.definition,
+            tenant=instance.tenant,
+            fingerprint="0" * 64,
+            rationale="r",
+            requested_by=requester,
+            requested_at=timezone.now(),
+        )
+        for decision in made.decisions:
+            BatchItem.objects.create(
+                batch=batch,
+                decision=decision,
+                token=Token.objects.filter(instance_id=decision.operation.subject_id).first(),
+                operation_key=decision.operation.key,
+                revision=1,
+                reference="line",
+            )
+        return batch
+
+    north = batch_of(make_rows("north", 2, requester=people["olga"]), people["olga"])
+    batch_of(make_rows("south", 1, requester=people["sam"]), people["sam"])
+    page = reverse("admin:handoffs_decisionbatch_change", args=[north.pk])
+    anna = logged_in(people["anna"]).get(HOME)
+    assert counts(anna)["batches"] == 1 and page in anna.content.decode()
+    assert f"Batch {north.pk}: Effect absent on 2 step(s) of demo.x" in anna.content.decode()
+    olga = logged_in(people["olga"]).get(HOME)  # her own, and she may not approve
+    assert counts(olga)["batches"] == 0 and page not in olga.content.decode()
 
 
 def test_every_row_links_to_its_instance_oldest_first_with_its_age(people):
