@@ -384,3 +384,10 @@ def test_the_work_queue_tells_another_administrator_that_grants_wait(ada, bert, 
     assert "1 rights change awaits a second administrator's confirmation." in home
     own = verified_login(Client(), bert).get(reverse("admin:index")).content.decode()
     assert 'id="rights-waiting"' not in own  # the requester cannot confirm it
+
+
+def test_identity_names_tenant_groups_as_the_engine_does():
+    from govflow.engine.tenancy import TENANT_GROUP_PREFIX as ENGINE
+    from govflow.identity.rights.tenants import TENANT_GROUP_PREFIX
+
+    assert TENANT_GROUP_PREFIX == ENGINE

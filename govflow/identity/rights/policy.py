@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import Group, Permission
 
-from govflow.engine.tenancy import TENANT_GROUP_PREFIX
+from .tenants import TENANT_GROUP_PREFIX
 
 FLAGS = ("is_superuser", "is_staff")
 

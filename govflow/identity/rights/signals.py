@@ -1,12 +1,12 @@
 """Every change of rights made through the ORM is recorded on the rights trail.
 
 Membership of groups, permissions of users and groups (``m2m_changed``), superuser and
-staff (``pre_save``/``post_save``), a deleted group's members (``pre_delete``), API keys
-created and revoked. These hooks only *record*; whether a grant needs a second
-administrator is decided on the web paths (the admin's forms and the confirmation
-service). So a change made in a shell, by a command or by ``createsuperuser`` is never
-silent: it is a fact with ``via`` "orm" and no actor. Not seen: ``QuerySet.update()`` and
-raw SQL on the user tables (docs/security.md, "What is not recorded").
+staff (``pre_save``/``post_save``), a deleted group's members (``pre_delete``); API keys
+created and revoked are recorded by the API app (``govflow.api.rights``). These hooks only
+*record*; whether a grant needs a second administrator is decided on the web paths (the
+admin's forms and the confirmation service). So a change made in a shell, by a command or
+by ``createsuperuser`` is never silent: it is a fact with ``via`` "orm" and no actor. Not
+seen: ``QuerySet.update()`` and raw SQL on the user tables (docs/security.md).
 """
 
 from __future__ import annotations
@@ -112,29 +112,9 @@ def _on_group_pre_delete(sender, instance, **kwargs) -> None:
         record("group_deleted", group=instance.pk, group_name=instance.name, users=members)
 
 
-def _on_api_key_pre_save(sender, instance, **kwargs) -> None:
-    old = sender.objects.filter(pk=instance.pk).values_list("revoked", flat=True).first()
-    instance._govflow_was_revoked = old
-
-
-def _on_api_key_post_save(sender, instance, created, **kwargs) -> None:
-    was = getattr(instance, "_govflow_was_revoked", None)
-    if created:
-        record(
-            "api_key_created",
-            key=instance.prefix,
-            tenant=instance.tenant,
-            scopes=sorted(instance.scopes or []),
-            created_by=instance.created_by_id,
-        )
-    elif instance.revoked and not was:
-        record("api_key_revoked", key=instance.prefix, tenant=instance.tenant)
-
-
 def connect() -> None:
-    """Connect the hooks (from ``IdentityConfig.ready``)."""
-    from govflow.api.models import ApiKey
-
+    """Connect the hooks (from ``IdentityConfig.ready``; the API's keys connect their own,
+    ``govflow.api.rights``)."""
     uid = "govflow.identity.rights"
     m2m_changed.connect(_on_user_groups, sender=User.groups.through, dispatch_uid=f"{uid}.g")
     m2m_changed.connect(
@@ -146,5 +126,3 @@ def connect() -> None:
     pre_save.connect(_on_user_pre_save, sender=User, dispatch_uid=f"{uid}.u1")
     post_save.connect(_on_user_post_save, sender=User, dispatch_uid=f"{uid}.u2")
     pre_delete.connect(_on_group_pre_delete, sender=Group, dispatch_uid=f"{uid}.gd")
-    pre_save.connect(_on_api_key_pre_save, sender=ApiKey, dispatch_uid=f"{uid}.k1")
-    post_save.connect(_on_api_key_post_save, sender=ApiKey, dispatch_uid=f"{uid}.k2")

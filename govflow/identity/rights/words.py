@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.utils.translation import gettext as _
 
-from govflow.engine.tenancy import TENANT_GROUP_PREFIX
+from .tenants import TENANT_GROUP_PREFIX
 
 
 def flag_words(flag: str) -> str:
