@@ -155,7 +155,11 @@ class ApiKeyAdmin(APIKeyModelAdmin):
 
     @admin.action(description="Revoke the selected API keys (final)")
     def revoke(self, request, queryset) -> None:
-        count = queryset.filter(revoked=False).update(revoked=True)
+        count = 0
+        for key in queryset.filter(revoked=False):
+            key.revoked = True
+            key.save(update_fields=["revoked"])  # each revocation goes on the rights trail
+            count += 1
         self.message_user(
             request,
             f"{count} API key(s) revoked at {timezone.now():%Y-%m-%d %H:%M} UTC; requests "

@@ -11,4 +11,6 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         # The OpenAPI extension for API-key authentication registers itself on import.
-        from . import schema  # noqa: F401
+        from . import rights, schema  # noqa: F401
+
+        rights.connect()  # keys created and revoked go on the rights trail

@@ -75,3 +75,20 @@ class PrivilegedSessionIdle:
             request.session[LAST_SEEN_KEY] = now
             request.session.set_expiry(int(idle))
         return self.get_response(request)
+
+
+class RightsActor:
+    """Attribute the rights changes a request makes to its signed-in user (ADR 0025).
+
+    The rights trail's model hooks read the author from here; the user is looked up only
+    when a change is recorded. Without a request (a shell, a command) no one is named.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from .rights.trail import acting
+
+        with acting(lambda: getattr(request, "user", None), via="web"):
+            return self.get_response(request)

@@ -65,6 +65,9 @@ GATED_URL_NAMES = frozenset(
         "otp_static_staticdevice_add",
         "otp_static_staticdevice_change",
         "otp_static_staticdevice_delete",
+        # confirming or rejecting someone else's grant (ADR 0025)
+        "identity_rightschange_confirm",
+        "identity_rightschange_reject",
     }
 )
 

@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "govflow.identity.middleware.PrivilegedSessionIdle",
     "govflow.identity.middleware.SecondFactorGate",
+    # Names the signed-in user as the author of rights changes made in this request.
+    "govflow.identity.middleware.RightsActor",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a locked-out login into the lock-out page.
     "axes.middleware.AxesMiddleware",

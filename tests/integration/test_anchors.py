@@ -345,8 +345,9 @@ def test_after_a_deliberate_restore_the_anchors_are_restarted_on_purpose(
     code, lines = verify("--anchor", "--restart-anchors")
     assert code == 1  # the incidents are still open
     assert lines[-2] == f"RESTARTED the anchors in {anchor_path}: the database forgot the old ones."
+    # The subject's chain and the rights trail (the resolvers' permissions are recorded).
     assert lines[-1].startswith(
-        f"ANCHORED the heads of 1 chain(s) in record(s) #1-#2 of {anchor_path}"
+        f"ANCHORED the heads of 2 chain(s) in record(s) #1-#2 of {anchor_path}"
     )
 
     code, lines = verify("--resolve", "--by", "rita", "--rationale", "Restored the backup.")

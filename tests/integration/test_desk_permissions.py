@@ -52,6 +52,8 @@ GLOBAL_MODELS = {
     "axes_accessattempt": None,
     "axes_accessfailurelog": None,
     "axes_accesslog": None,
+    # Rights changes waiting for a second administrator (issue 14 part 3).
+    "identity_rightschange": "rightschange",
 }
 # Pages of the site itself: expected statuses for a staff user without a role.
 SITE = {
@@ -73,13 +75,14 @@ PARAMS = {
     "decision_id": "decision",
     "migration_id": "migration",
     "evidence_id": "evidence",
+    "change_id": "rightschange",
 }
 INCIDENT_PARAM = {  # incident_id names an engine incident on the instance page
     "engine_instance_incident_resolve": "incident",
 }
 POST_ONLY = re.compile(
     r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request"
-    r"|preview|submit)$"
+    r"|preview|submit|confirm)$"
 )
 
 
@@ -159,7 +162,20 @@ def world(django_user_model):
     ids["decisionbatch"] = make_batch("north", requester, ids)
     ids["user"] = requester.pk
     ids["group"] = Group.objects.get(name="Operator").pk
+    ids["rightschange"] = make_rights_change(django_user_model, requester)
     return ids
+
+
+def make_rights_change(django_user_model, requester) -> int:
+    from govflow.identity.models import RightsChange
+
+    receiver = django_user_model.objects.create_user(username="rolf", password="pw")
+    return RightsChange.objects.create(
+        kind="group_add",
+        user=receiver,
+        group=Group.objects.get(name="Approver"),
+        requested_by=requester,
+    ).pk
 
 
 def make_key(tenant: str) -> str:

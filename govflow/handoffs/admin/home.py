@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy
 
 from govflow.engine.selectors import definitions_published
 from govflow.engine.tenancy import instances_of, sees_records, tenants_of
+from govflow.identity.rights.admin_changes import rights_changes_waiting
 
 from ..queue import Filters, Queue
 
@@ -97,6 +98,7 @@ def queue_view(site, request, extra_context=None):
         "has_role": has_role,
         "tenants": tenants_of(request.user),
         "sees_records": sees_records(request.user),
+        "rights_waiting": rights_changes_waiting(request.user),
         **(extra_context or {}),
     }
     request.current_app = site.name
