@@ -157,6 +157,22 @@ def test_a_batch_approved_by_a_second_person_applies_each_decision_and_the_insta
         assert api.chain_verify(api.Subject("govflow.instance", str(instance.pk))).ok
 
 
+def test_an_effect_absent_batch_approved_leaves_each_step_failed_with_a_retry(operator, checker):
+    steps = uncertain(2)
+    ops = logged_in(operator)
+    response = previewed(ops, steps, kind="effect_absent")
+    ops.post(reverse(SUBMIT), submission(response, steps, kind="effect_absent"), follow=True)
+    batch = DecisionBatch.objects.get()
+    approved = logged_in(checker).post(
+        reverse("admin:handoffs_decisionbatch_approve", args=[batch.pk]), follow=True
+    )
+    assert any(f"Batch {batch.pk} is approved" in m for m in messages_of(approved))
+    assert set(Operation.objects.values_list("state", flat=True)) == {"effect_absent"}
+    for step in steps:
+        step.refresh_from_db()
+        assert step.state == "failed"
+
+
 def test_a_rationale_of_several_lines_survives_the_preview_s_round_trip(operator):
     """Typed with CR LF, posted back by a client that sends LF alone: the same batch."""
     steps = uncertain(1)

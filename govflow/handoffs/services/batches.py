@@ -25,7 +25,15 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext as _
 
 from govflow.engine.errors import EngineError, NotPermitted
-from recovery.api import ChainBroken, RecoveryError, incident_open, operations_standing
+from recovery.api import (
+    ChainBroken,
+    FingerprintKind,
+    RecoveryError,
+    decision_get,
+    fingerprint_value,
+    incident_open,
+    operations_standing,
+)
 
 from ..batches import BatchPreview, BatchRefused, batch_fingerprint, batch_preview
 from ..models import BatchItem, BatchState, DecisionBatch
@@ -223,9 +231,17 @@ def batch_approve(*, batch_id: int, actor) -> DecisionBatch:
     return batch
 
 
+EMPTY_RESULT_FP = fingerprint_value(FingerprintKind.RESULT, {})
+"""The only result a batch's decision carries (result values are decided one by one):
+the approver approves it as the preview showed it, and a decision carrying any other is
+refused."""
+
+
 def _approve_item(batch: DecisionBatch, item: BatchItem, actor) -> None:
     try:
-        handoff_approve(decision_id=item.decision_id, actor=actor)
+        carried = decision_get(decision_id=item.decision_id).result_fp
+        shown = EMPTY_RESULT_FP if carried else None  # effect absent carries none at all
+        handoff_approve(decision_id=item.decision_id, actor=actor, result_fp=shown)
     except (EngineError, RecoveryError) as exc:
         raise BatchRefused(
             _(
