@@ -148,6 +148,7 @@ from .states import (
     can_transition,
 )
 from .subjects import Subject, SubjectType, subject_type_register, subject_types
+from .trail import TRAIL_FORMAT, TrailUnreadable, trail_read, trail_verify
 from .watermarks import ANCHOR_STORE, LEDGER
 
 __all__ = [
@@ -159,6 +160,7 @@ __all__ = [
     "RESOLVE_PERMISSION",
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
+    "TRAIL_FORMAT",
     "TRANSITIONS",
     "AnchorIndex",
     "AnchorStore",
@@ -211,6 +213,7 @@ __all__ = [
     "StaleFence",
     "Subject",
     "SubjectType",
+    "TrailUnreadable",
     "Verification",
     "anchor_append",
     "anchor_if_due",
@@ -293,4 +296,6 @@ __all__ = [
     "subject_type_register",
     "subject_types",
     "subject_verify",
+    "trail_read",
+    "trail_verify",
 ]

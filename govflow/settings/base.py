@@ -167,6 +167,11 @@ RECOVERY_ANCHOR_PATH = Path(
 RECOVERY_ANCHOR_INTERVAL = float(os.environ.get("GOVFLOW_ANCHOR_INTERVAL", 10))
 
 # Engine tuning (seconds unless said otherwise); see docs/deployment.md.
+# The tenants an operator may start instances for (the first is the start form's default),
+# until tenants are records with their own members.
+GOVFLOW_TENANTS = [
+    t.strip() for t in os.environ.get("GOVFLOW_TENANTS", "default").split(",") if t.strip()
+]
 GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))
 GOVFLOW_MAX_STEPS_PER_RUN = int(os.environ.get("GOVFLOW_MAX_STEPS_PER_RUN", 500))
 GOVFLOW_RUN_BUDGET = float(os.environ.get("GOVFLOW_RUN_BUDGET", 25))

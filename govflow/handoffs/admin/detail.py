@@ -64,11 +64,13 @@ from ..forms import (
 )
 from ..services.desk import result_schema_of
 from ..services.incidents import RESOLVE, open_cases_of
+from ..words import case_labels, node_title, permission_name
 
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
 APPROVE = "recovery.approve_decision"
 VIEW_INTEGRITY = "recovery.view_integrityincident"
+TRAIL = "recovery.view_checkpoint"  # the audit trail holds every checkpoint
 # step_retry refuses the steps of these instances; the page offers no retry there.
 NOT_RETRIED = (InstanceStatus.CANCELLED, InstanceStatus.COMPLETED)
 
@@ -83,8 +85,10 @@ class StepRow:
     token: Token
     node_type: str
     action: ActionDefinition | None
+    title: str = ""  # the node's title in the definition ('Permits officer decides')
     retry: bool = False
     approval_permission: str = ""
+    approval_permission_name: str = ""
     approval_form: ApprovalForm | None = None
     handoff_form: HandoffRequestForm | None = None
     open_decision: Any = None  # a recovery decision awaiting approval
@@ -115,12 +119,18 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound) -> list[
     for token in tokens:
         node = node_of(instance, token)
         action = registry.get(node.get("action", "")) if node.get("type") == "action" else None
-        row = StepRow(token=token, node_type=node.get("type", "?"), action=action)
+        row = StepRow(
+            token=token,
+            node_type=node.get("type", "?"),
+            action=action,
+            title=node_title(node, token.node_id),
+        )
         if token.state == TokenState.FAILED and instance.status not in NOT_RETRIED:
             row.retry = user.has_perm(OPERATE)
             row.missing = missing_perms(user, (OPERATE,))
         if token.state == TokenState.WAITING and token.wait_kind == WaitKind.APPROVAL:
             row.approval_permission = node.get("permission", "")
+            row.approval_permission_name = permission_name(row.approval_permission)
             row.approval_form = bound.get(("approval", token.pk))
             if row.approval_form is None and user.has_perm(row.approval_permission):
                 row.approval_form = ApprovalForm(auto_id=f"id_approval_{token.pk}_%s")
@@ -371,5 +381,11 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         else None,
         "cancel_missing": missing_perms(user, (OPERATE,)) if active else "",
         "approve_permission": APPROVE,
+        "case_rows": [
+            (label, instance.case[name])
+            for name, label in case_labels(instance.definition).items()
+            if name in (instance.case or {})
+        ],
+        "may_export_trail": user.has_perm(TRAIL),
         **_contract_context(request, instance, active, bound),
     }
