@@ -88,7 +88,7 @@ def test_the_operator_confirms_register_with_the_application_number_and_the_perm
     operator = browser
     operator.log_in("operator", PASSWORD)
     operator.open(page)
-    step = operator.section("Step 'register'")
+    step = operator.section("Step 'Register the application'")
     assert "Outcome unknown" in step
     assert "Application number" in step and "Registered at" in step
 
@@ -126,7 +126,9 @@ def test_the_operator_confirms_register_with_the_application_number_and_the_perm
     approver.choose("decision", "approve")
     approver.fill("note", "Complies with the zoning plan.")
     approver.press("Record decision")
-    assert any("Your approve of 'approval' is recorded." in m for m in approver.messages())
+    assert any(
+        "You approved 'Permits officer decides'; it is recorded." in m for m in approver.messages()
+    )
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
 

@@ -413,7 +413,7 @@ def test_an_approval_step_is_decided_by_someone_with_its_permission(ops, viewer)
     assert token.state == TokenState.WAITING
     assert ops.post(target, {"decision": "maybe"}).status_code == 200
     done = ops.post(target, {"decision": "approve", "note": "signed"}, follow=True)
-    assert "Your approve of 'sign' is recorded." in messages_of(done)
+    assert "You approved 'sign'; it is recorded." in messages_of(done)
     token.refresh_from_db()
     assert token.state == TokenState.READY and token.payload["approved"] is True
     assert drive(instance).status == InstanceStatus.COMPLETED
