@@ -91,9 +91,10 @@ class Instance(models.Model):
     )
     next_ordinal = models.PositiveIntegerField(default=1)
     case = models.JSONField(
-        default=dict,
+        default=list,
         blank=True,
-        help_text="The definition's case fields read from the variables (name → text).",
+        help_text="The definition's case fields read from the variables: [name, text] pairs "
+        "in the declared order.",
     )
     case_text = models.TextField(
         blank=True, default="", help_text="The case fields lowercased: what search looks in."
@@ -122,8 +123,13 @@ class Instance(models.Model):
         """The case in words: "Building permit #3 — T. Nowak, BP-2026-00001"."""
         title = self.definition.title if self.definition_id else "Instance"
         words = f"{title} #{self.pk}"
-        values = [v for v in (self.case or {}).values() if v]
+        values = [text for _, text in self.case or () if text]
         return f"{words} — {', '.join(values[:3])}" if values else words
+
+    @property
+    def case_map(self) -> dict[str, str]:
+        """The case fields by name."""
+        return {name: text for name, text in self.case or ()}
 
 
 class Token(models.Model):

@@ -138,5 +138,5 @@ def instance_trail(instance: Instance) -> dict[str, Any]:
         },
         "tenant": instance.tenant,
         "status": instance.status,
-        "case": instance.case,
+        "case": instance.case_map,
     }

@@ -26,7 +26,7 @@ def case_column(name: str, label: str):
 
     @admin.display(description=label)
     def column(obj: Instance) -> str:
-        return (obj.case or {}).get(name, "—")
+        return obj.case_map.get(name, "—")
 
     column.__name__ = f"case_{name}"
     return column

@@ -67,11 +67,11 @@ def decided(published, officer, approved: bool) -> Instance:
 
 def test_the_case_fields_are_stored_when_it_starts_and_when_variables_change(published):
     instance = permit(published)
-    assert instance.case == {"applicant": "Tomasz Nowak", "parcel": "UTR-C-1907"}
+    assert instance.case_map == {"applicant": "Tomasz Nowak", "parcel": "UTR-C-1907"}
     assert str(instance) == f"Building permit #{instance.pk} — Tomasz Nowak, UTR-C-1907"
     instance = drive(instance)  # registered: the application number is a variable now
     number = instance.variables["application"]["id"]
-    assert instance.case["application"] == number
+    assert instance.case_map["application"] == number
     assert number.lower() in instance.case_text
 
 
@@ -80,7 +80,7 @@ def test_search_finds_a_permit_by_the_applicants_name_and_its_number(published, 
     permit(published, name="Maria Jansen", parcel="ASD-K-4821")
     page = desk.get(LIST, {"q": "Nowak"})
     assert list(page.context["cl"].result_list) == [nowak]
-    number = nowak.case["application"]
+    number = nowak.case_map["application"]
     assert list(desk.get(LIST, {"q": number}).context["cl"].result_list) == [nowak]
     assert list(desk.get(LIST, {"q": "UTR-C-1907"}).context["cl"].result_list) == [nowak]
     text = page.content.decode()
@@ -92,7 +92,7 @@ def test_refused_and_approved_permits_differ_in_the_list(published, permits_offi
     approved = decided(published, permits_officer, True)
     refused = decided(published, permits_officer, False)
     assert (approved.status, refused.status) == ("completed", "completed")
-    assert (approved.case["outcome"], refused.case["outcome"]) == ("Approved", "Refused")
+    assert (approved.case_map["outcome"], refused.case_map["outcome"]) == ("Approved", "Refused")
     page = desk.get(LIST, {"definition__key": "demo.building_permit"})
     text = page.content.decode()
     # Filtered to the permit, its case fields are columns of their own.
@@ -110,7 +110,7 @@ def test_the_instance_page_names_the_case_and_the_permission_in_words(published,
     client.force_login(user_with(django_user_model, "vera", "engine.view_instance"))
     page = client.get(reverse("admin:engine_instance_change", args=[instance.pk]))
     text = page.content.decode()
-    name = instance.case["applicant"]
+    name = instance.case_map["applicant"]
     assert page.context["title"].startswith(f"Building permit #{instance.pk} — {name}")
     assert "Permits officer decides" in text  # the node's title, not 'approval'
     assert "Can approve building permits" in text or "Can approve" in text

@@ -24,12 +24,13 @@ def document(case_fields):
 def test_declared_case_fields_publish_and_are_read_from_the_variables():
     spec = parse_definition(document(FIELDS))
     values = case_values(spec.document, {"applicant": {"name": "T. Nowak"}})
-    assert values == {"applicant": "T. Nowak"}  # not decided yet: no outcome
+    assert values == [["applicant", "T. Nowak"]]  # not decided yet: no outcome
     decided = {"applicant": {"name": "T. Nowak"}, "decision": {"approved": False}}
-    assert case_values(spec.document, decided) == {"applicant": "T. Nowak", "outcome": "Refused"}
+    both = [["applicant", "T. Nowak"], ["outcome", "Refused"]]
+    assert case_values(spec.document, decided) == both
     assert case_text(case_values(spec.document, decided)) == "t. nowak\nrefused"
     number = {"n": {"title": "Number", "path": "application.count"}}
-    assert case_values(document(number), {"application": {"count": 7}}) == {"n": "7"}
+    assert case_values(document(number), {"application": {"count": 7}}) == [["n", "7"]]
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,10 @@ A definition may declare ``case_fields``, for example::
     }
 
 The instance list shows them as columns and the admin's search finds instances by them:
-they are stored on the instance (``Instance.case`` and the lowercase ``case_text``) when it
-starts and whenever the engine writes its variables, in the same statement.
+they are stored on the instance (``Instance.case``, ``[name, text]`` pairs in the declared
+order — a JSON array, since PostgreSQL's ``jsonb`` keeps no key order — and the lowercase
+``case_text``) when it starts and whenever the engine writes its variables, in the same
+statement.
 """
 
 from __future__ import annotations
@@ -66,22 +68,23 @@ def check_case_fields(value: Any, problems: list[str]) -> None:
             )
 
 
-def case_values(document: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, str]:
-    """The case fields of ``document`` read from ``variables``, as text ({} if none)."""
+def case_values(document: Mapping[str, Any], variables: Mapping[str, Any]) -> list[list[str]]:
+    """The case fields of ``document`` set in ``variables``: ``[name, text]`` pairs in the
+    declared order ([] if none)."""
     declared = document.get("case_fields") or {}
-    values = {}
+    values = []
     for name, field in declared.items():
         value = _lookup(variables, field["path"])
         if value is None:
             continue
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        values[name] = str(field.get("labels", {}).get(text, text))[:MAX_VALUE]
+        values.append([name, str(field.get("labels", {}).get(text, text))[:MAX_VALUE]])
     return values
 
 
-def case_text(values: Mapping[str, str]) -> str:
+def case_text(values: list[list[str]]) -> str:
     """What the admin's search looks in: the values, lowercased, one per line."""
-    return "\n".join(values.values()).lower()
+    return "\n".join(text for _, text in values).lower()
 
 
 def _lookup(variables: Any, path: str) -> Any:

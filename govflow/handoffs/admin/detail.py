@@ -382,9 +382,9 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "cancel_missing": missing_perms(user, (OPERATE,)) if active else "",
         "approve_permission": APPROVE,
         "case_rows": [
-            (label, instance.case[name])
+            (label, instance.case_map[name])
             for name, label in case_labels(instance.definition).items()
-            if name in (instance.case or {})
+            if name in instance.case_map
         ],
         "may_export_trail": user.has_perm(TRAIL),
         **_contract_context(request, instance, active, bound),

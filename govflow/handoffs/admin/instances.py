@@ -83,7 +83,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
     @admin.display(description=_("Case fields"))
     def case_summary(self, obj: Instance) -> str:
         labels = case_labels(obj.definition)
-        return "; ".join(f"{labels.get(k, k)}: {v}" for k, v in (obj.case or {}).items()) or "—"
+        return "; ".join(f"{labels.get(k, k)}: {v}" for k, v in obj.case or ()) or "—"
 
     def get_list_display(self, request):
         """Filtered to one definition, its case fields are columns of their own."""
