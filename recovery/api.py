@@ -155,6 +155,7 @@ from .states import (
     can_transition,
 )
 from .subjects import Subject, SubjectType, subject_type_register, subject_types
+from .trail import TRAIL_FORMAT, TrailUnreadable, trail_read, trail_verify
 from .watermarks import ANCHOR_STORE, LEDGER
 
 __all__ = [
@@ -169,6 +170,7 @@ __all__ = [
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
     "TEXT_TYPES",
+    "TRAIL_FORMAT",
     "TRANSITIONS",
     "AnchorIndex",
     "AnchorStore",
@@ -221,6 +223,7 @@ __all__ = [
     "StaleFence",
     "Subject",
     "SubjectType",
+    "TrailUnreadable",
     "Verification",
     "anchor_append",
     "anchor_if_due",
@@ -309,4 +312,6 @@ __all__ = [
     "subject_type_register",
     "subject_types",
     "subject_verify",
+    "trail_read",
+    "trail_verify",
 ]

@@ -90,6 +90,15 @@ class Instance(models.Model):
         "to (by an approved migration); empty: the definition's own.",
     )
     next_ordinal = models.PositiveIntegerField(default=1)
+    case = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The definition's case fields read from the variables: [name, text] pairs "
+        "in the declared order.",
+    )
+    case_text = models.TextField(
+        blank=True, default="", help_text="The case fields lowercased: what search looks in."
+    )
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -111,7 +120,16 @@ class Instance(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Instance {self.pk} of {self.definition_id} ({self.status})"
+        """The case in words: "Building permit #3 — T. Nowak, BP-2026-00001"."""
+        title = self.definition.title if self.definition_id else "Instance"
+        words = f"{title} #{self.pk}"
+        values = [text for _, text in self.case or () if text]
+        return f"{words} — {', '.join(values[:3])}" if values else words
+
+    @property
+    def case_map(self) -> dict[str, str]:
+        """The case fields by name."""
+        return {name: text for name, text in self.case or ()}
 
 
 class Token(models.Model):

@@ -7,6 +7,7 @@ A mixin of :class:`~govflow.handoffs.admin.instances.InstanceAdmin`, which suppl
 from __future__ import annotations
 
 from django.http import Http404
+from django.utils.translation import gettext as _
 
 from govflow.engine.models import Instance, InstanceStatus, Token
 from govflow.engine.registry import registry
@@ -37,7 +38,15 @@ from ..services.desk import (
     handoff_withdraw,
 )
 from ..services.incidents import RESOLVE, engine_incident_resolve, open_cases_of
+from ..words import node_title
 from .detail import APPROVE, OPERATE, REQUEST, handoff_form
+
+
+def decided_words(decision: str, title: str) -> str:
+    """What the approver reads after deciding: "You approved 'Permits officer decides'."."""
+    if decision == "approve":
+        return _("You approved '%(step)s'; it is recorded.") % {"step": title}
+    return _("You rejected '%(step)s'; it is recorded.") % {"step": title}
 
 
 def approved_message(approved, *, was_cancelled: bool = False) -> str:
@@ -160,8 +169,8 @@ class StepActions:
                 approved=form.cleaned_data["decision"] == "approve",
                 note=form.cleaned_data["note"],
             ),
-            done=lambda _: (
-                f"Your {form.cleaned_data['decision']} of '{token.node_id}' is recorded."
+            done=lambda _: decided_words(
+                form.cleaned_data["decision"], node_title(node_of(instance, token), token.node_id)
             ),
         )
 
