@@ -123,11 +123,13 @@ class InstanceStartForm(forms.Form):
 
 class CancelForm(forms.Form):
     reason = forms.CharField(
-        label="Reason for cancelling",
+        label=_("Reason for cancelling"),
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Recorded on the instance. Cancelling undoes nothing outside the engine: "
-        "a step whose outcome is unknown stays open until someone records what happened.",
+        help_text=_(
+            "Recorded on the instance. Cancelling undoes nothing outside the engine: "
+            "a step whose outcome is unknown stays open until someone records what happened."
+        ),
     )
 
 
@@ -140,12 +142,12 @@ class DecisionApproveForm(forms.Form):
 
 class ApprovalForm(forms.Form):
     decision = forms.ChoiceField(
-        choices=[("approve", "Approve"), ("reject", "Reject")],
+        choices=[("approve", _("Approve")), ("reject", _("Reject"))],
         widget=forms.RadioSelect,
-        label="Decision",
+        label=_("Decision"),
     )
     note = forms.CharField(
-        label="Note",
+        label=_("Note"),
         required=False,
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
@@ -155,7 +157,7 @@ class ApprovalForm(forms.Form):
 CHECK_PREFIX = "check_"
 RESULT_PREFIX = "result_"
 CONFIRMED = DecisionKind.EFFECT_CONFIRMED
-CONFIRM_REQUIRED = "Required to record effect confirmed."
+CONFIRM_REQUIRED = _("Required to record effect confirmed.")
 
 
 def evidence_help() -> str:
@@ -183,23 +185,25 @@ class HandoffRequestForm(forms.Form):
     """
 
     kind = forms.ChoiceField(
-        label="Decision",
+        label=_("Decision"),
         choices=DecisionKind.choices,
         widget=forms.RadioSelect,
-        help_text="Effect confirmed and effect absent need evidence. A timeout, a restart or "
-        "an empty local result is not evidence of absence. Effect confirmed also records "
-        "what the effect returned (the result fields below).",
+        help_text=_(
+            "Effect confirmed and effect absent need evidence. A timeout, a restart or "
+            "an empty local result is not evidence of absence. Effect confirmed also records "
+            "what the effect returned (the result fields below)."
+        ),
     )
     rationale = forms.CharField(
-        label="Rationale",
+        label=_("Rationale"),
         max_length=4000,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
-        help_text="What you checked and what it showed.",
+        help_text=_("What you checked and what it showed."),
     )
     evidence = MultipleFileField(
-        label="Evidence files",
+        label=_("Evidence files"),
         required=False,
-        help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
+        help_text=_("One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG."),
     )
     required_css_class = "required"  # the admin's mark of a required field
 
@@ -226,11 +230,12 @@ class HandoffRequestForm(forms.Form):
                 label=check.instruction,
                 required=True,
                 error_messages={
-                    "required": f"Answer the provider's verification checks first: {check.id}."
+                    "required": _("Answer the provider's verification checks first: %(check)s.")
+                    % {"check": check.id}
                 },
                 max_length=2000,
                 widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-                help_text=f"Your finding for check '{check.id}'.",
+                help_text=_("Your finding for check '%(check)s'.") % {"check": check.id},
             )
             self.check_ids.append(check.id)
         self.result_fields = list(result_fields)
@@ -277,16 +282,18 @@ class HandoffRequestForm(forms.Form):
 def result_form_field(spec: ResultField) -> forms.Field:
     """A form field for one value of a step's result (never required by the form itself:
     it is required for effect confirmed only, which ``clean`` checks)."""
-    help_text = " ".join(p for p in (spec.help, CONFIRM_REQUIRED if spec.required else "") if p)
+    help_text = " ".join(
+        p for p in (spec.help, str(CONFIRM_REQUIRED) if spec.required else "") if p
+    )
     return schema_form_field(spec, required=False, help_text=help_text)
 
 
 class RejectDecisionForm(forms.Form):
     note = forms.CharField(
-        label="Why reject it",
+        label=_("Why reject it"),
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text="The requester sees this and can request again.",
+        help_text=_("The requester sees this and can request again."),
     )
 
 
@@ -294,15 +301,15 @@ class IncidentResolveForm(forms.Form):
     """The investigation that resolves an engine incident: what was found, with evidence."""
 
     rationale = forms.CharField(
-        label="What you investigated and found",
+        label=_("What you investigated and found"),
         max_length=4000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Recorded with your name on the incident and on the instance's chain.",
+        help_text=_("Recorded with your name on the incident and on the instance's chain."),
     )
     evidence = MultipleFileField(
-        label="Evidence files (optional)",
+        label=_("Evidence files (optional)"),
         required=False,
-        help_text="PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
+        help_text=_("PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG."),
     )
 
     def __init__(self, *args, **kwargs) -> None:
@@ -311,13 +318,14 @@ class IncidentResolveForm(forms.Form):
 
 
 class MigrationRequestForm(forms.Form):
-    action = forms.ChoiceField(label="Action", widget=forms.HiddenInput)
+    action = forms.ChoiceField(label=_("Action"), widget=forms.HiddenInput)
     rationale = forms.CharField(
-        label="Why the instance may go on under the new contract",
+        label=_("Why the instance may go on under the new contract"),
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="What you checked and with whom. A second person approves it before "
-        "anything runs.",
+        help_text=_(
+            "What you checked and with whom. A second person approves it before anything runs."
+        ),
     )
 
     def __init__(self, *args, actions: list[str], **kwargs) -> None:
@@ -327,8 +335,8 @@ class MigrationRequestForm(forms.Form):
 
 class MigrationRejectForm(forms.Form):
     note = forms.CharField(
-        label="Why reject it",
+        label=_("Why reject it"),
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text="The instance stays blocked; the requester sees this and can request again.",
+        help_text=_("The instance stays blocked; the requester sees this and can request again."),
     )

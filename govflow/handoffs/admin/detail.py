@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.urls import reverse
+from django.utils.translation import gettext as _
 
 from govflow.engine.admin.base import pretty_json
 from govflow.engine.models import (
@@ -240,17 +241,19 @@ def finding_initial(findings) -> dict[str, Any]:
     if found is None:
         return {}
     confirmed = found.outcome == "succeeded"
+    values = ", ".join(f"{k}={v}" for k, v in sorted(found.values.items()))
     said = (
-        f"returned {', '.join(f'{k}={v}' for k, v in sorted(found.values.items()))}"
+        _("returned %(values)s") % {"values": values}
         if confirmed
-        else f"said: {found.reason or 'the effect did not happen'}"
+        else _("said: %(reason)s") % {"reason": found.reason or _("the effect did not happen")}
     )
+    rationale = _(
+        "The provider's reconcile (finding %(pk)s, %(at)s UTC) looked the effect up by this "
+        "step's idempotency key and %(said)s."
+    ) % {"pk": found.pk, "at": f"{found.observed_at:%Y-%m-%d %H:%M}", "said": said}
     return {
         "kind": DecisionKind.EFFECT_CONFIRMED if confirmed else DecisionKind.EFFECT_ABSENT,
-        "rationale": (
-            f"The provider's reconcile (finding {found.pk}, {found.observed_at:%Y-%m-%d %H:%M} "
-            f"UTC) looked the effect up by this step's idempotency key and {said}."
-        ),
+        "rationale": rationale,
     }
 
 

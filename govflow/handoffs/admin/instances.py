@@ -21,7 +21,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.text import Truncator
-from django.utils.translation import gettext as _t
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from govflow.engine.admin.base import ReadOnlyAdmin, pretty_json, require
@@ -153,11 +153,13 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         require(request, START)
         tenants = tenant_choices(request.user)
         if not tenants:
-            return self._start_page(request, {"no_tenant": True, "title": _t("Start an instance")})
+            return self._start_page(
+                request, {"no_tenant": True, "title": gettext("Start an instance")}
+            )
         source = request.POST if request.method == "POST" else request.GET
         pick = DefinitionPickForm(source if "definition" in source else None)
         if not pick.is_bound or not pick.is_valid():
-            return self._start_page(request, {"pick": pick, "title": _t("Start an instance")})
+            return self._start_page(request, {"pick": pick, "title": gettext("Start an instance")})
         definition = pick.cleaned_data["definition"]
         form = InstanceStartForm(
             request.POST if request.method == "POST" else None,
@@ -177,7 +179,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
                 "form": form,
                 "definition": definition,
                 "schema_json": pretty_json(form.schema) if form.raw and form.schema else "",
-                "title": _t("Start: %(definition)s") % {"definition": definition.title},
+                "title": gettext("Start: %(definition)s") % {"definition": definition.title},
             },
         )
 
@@ -196,7 +198,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
             form.add_error(None, str(exc))
         else:
             messages.success(
-                request, _t("Started %(case)s; a worker will run it.") % {"case": instance}
+                request, gettext("Started %(case)s; a worker will run it.") % {"case": instance}
             )
             return instance
         return None
