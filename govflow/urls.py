@@ -8,6 +8,8 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/", include("govflow.api.urls")),
+    # The desk's language switch posts to Django's set_language here.
+    path("i18n/", include("django.conf.urls.i18n")),
 ]
 
 # Problems (application/problem+json) under /api/, Django's pages elsewhere.

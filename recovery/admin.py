@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
 
 from .admin_pages import evidence_url, incident_context
 from .errors import ConflictError, EvidenceCorrupt, RecoveryError, RecoveryValidationError
@@ -207,9 +208,12 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
                 evidence=form.cleaned_data["evidence"],
             ),
             done=lambda incident, resolution: (
-                f"Resolution request {resolution.pk} of incident {incident.pk} is recorded. "
-                "Another person with the permission to resolve incidents must check it and "
-                "approve it; approval verifies the chain again."
+                _(
+                    "Resolution request %(pk)s of incident %(incident)s is recorded. "
+                    "Another person with the permission to resolve incidents must check it and "
+                    "approve it; approval verifies the chain again."
+                )
+                % {"pk": resolution.pk, "incident": incident.pk}
             ),
         )
 
@@ -234,8 +238,8 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
                 incident_id=incident.pk, rejected_by=request.user, note=form.cleaned_data["note"]
             ),
             done=lambda incident, resolution: (
-                f"Resolution request {resolution.pk} is rejected; incident {incident.pk} stays "
-                "open."
+                _("Resolution request %(pk)s is rejected; incident %(incident)s stays open.")
+                % {"pk": resolution.pk, "incident": incident.pk}
             ),
         )
 
@@ -247,8 +251,8 @@ class IntegrityIncidentAdmin(ReadOnlyAdmin):
                 incident_id=incident.pk, withdrawn_by=request.user
             ),
             done=lambda incident, resolution: (
-                f"You withdrew resolution request {resolution.pk}; incident {incident.pk} "
-                "stays open."
+                _("You withdrew resolution request %(pk)s; incident %(incident)s stays open.")
+                % {"pk": resolution.pk, "incident": incident.pk}
             ),
         )
 

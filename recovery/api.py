@@ -158,6 +158,7 @@ from .states import (
     can_transition,
 )
 from .subjects import Subject, SubjectType, subject_type_register, subject_types
+from .trail import TRAIL_FORMAT, TrailUnreadable, trail_read, trail_verify
 from .watermarks import ANCHOR_STORE, LEDGER
 
 __all__ = [
@@ -172,6 +173,7 @@ __all__ = [
     "SETTLED_FOR_A_NEW_ATTEMPT",
     "TERMINAL",
     "TEXT_TYPES",
+    "TRAIL_FORMAT",
     "TRANSITIONS",
     "AnchorIndex",
     "AnchorStore",
@@ -225,6 +227,7 @@ __all__ = [
     "StaleFence",
     "Subject",
     "SubjectType",
+    "TrailUnreadable",
     "TransitionTable",
     "Verification",
     "anchor_append",
@@ -315,4 +318,6 @@ __all__ = [
     "subject_type_register",
     "subject_types",
     "subject_verify",
+    "trail_read",
+    "trail_verify",
 ]

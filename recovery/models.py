@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.files.storage import storages
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
 
 from .states import (
     DecisionKind,
@@ -35,6 +36,8 @@ class Lease(models.Model):
     released_at = models.DateTimeField(null=True)
 
     class Meta:
+        verbose_name = _("lease")
+        verbose_name_plural = _("leases")
         db_table = "recovery_lease"
         constraints = [
             models.CheckConstraint(condition=Q(fence__gte=1), name="lease_fence_positive"),
@@ -69,6 +72,8 @@ class Operation(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("operation")
+        verbose_name_plural = _("operations")
         db_table = "recovery_operation"
         indexes = [
             models.Index(fields=["subject_type", "subject_id"], name="recovery_op_subject"),
@@ -101,6 +106,8 @@ class Checkpoint(models.Model):
     recorded_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("checkpoint")
+        verbose_name_plural = _("checkpoints")
         db_table = "recovery_checkpoint"
         constraints = [
             models.UniqueConstraint(
@@ -138,6 +145,8 @@ class IntegrityIncident(models.Model):
     )
 
     class Meta:
+        verbose_name = _("integrity incident")
+        verbose_name_plural = _("integrity incidents")
         db_table = "recovery_incident"
         permissions = [
             (
@@ -199,6 +208,8 @@ class IncidentResolution(models.Model):
     decision_note = models.TextField(blank=True, default="")
 
     class Meta:
+        verbose_name = _("incident resolution")
+        verbose_name_plural = _("incident resolutions")
         db_table = "recovery_incident_resolution"
         constraints = [
             models.CheckConstraint(
@@ -254,6 +265,8 @@ class Decision(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("decision")
+        verbose_name_plural = _("decisions")
         db_table = "recovery_decision"
         permissions = [
             ("request_decision", "Can request a decision on an uncertain operation"),
@@ -305,6 +318,8 @@ class EvidenceFile(models.Model):
     uploaded_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("evidence file")
+        verbose_name_plural = _("evidence files")
         db_table = "recovery_evidence"
 
     def __str__(self) -> str:
@@ -325,6 +340,8 @@ class AnchorMark(models.Model):
     written_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("anchor mark")
+        verbose_name_plural = _("anchor marks")
         db_table = "recovery_anchor_mark"
 
     def __str__(self) -> str:
@@ -373,6 +390,8 @@ class Observation(models.Model):
     observed_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("observation")
+        verbose_name_plural = _("observations")
         db_table = "recovery_observation"
         indexes = [models.Index(fields=["operation", "kind"], name="recovery_obs_operation")]
 

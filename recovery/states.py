@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class TransitionTable(Mapping[str, frozenset[str]]):
@@ -41,14 +42,14 @@ class TransitionTable(Mapping[str, frozenset[str]]):
 
 
 class OperationState(models.TextChoices):
-    PREPARED = "prepared", "Prepared (held before the dispatch boundary)"
-    DISPATCHED = "dispatched", "Dispatched"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    PENDING = "pending", "Pending (provider owns the outcome)"
-    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
-    EFFECT_CONFIRMED = "effect_confirmed", "Effect confirmed"
-    EFFECT_ABSENT = "effect_absent", "Effect absent"
+    PREPARED = "prepared", _("Prepared (held before the dispatch boundary)")
+    DISPATCHED = "dispatched", _("Dispatched")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    PENDING = "pending", _("Pending (provider owns the outcome)")
+    OUTCOME_UNKNOWN = "outcome_unknown", _("Outcome unknown")
+    EFFECT_CONFIRMED = "effect_confirmed", _("Effect confirmed")
+    EFFECT_ABSENT = "effect_absent", _("Effect absent")
 
 
 S = OperationState
@@ -76,34 +77,34 @@ can_transition = TRANSITIONS.allows
 
 
 class RecoveryMode(models.TextChoices):
-    ATOMIC = "atomic", "Atomic (shares the engine's transaction)"
-    NON_ATOMIC = "non_atomic", "Non-atomic (external effect)"
-    SNAPSHOT_RESTORE = "snapshot_restore", "Snapshot restore (needs a pinned backup)"
-    IRREVERSIBLE = "irreversible", "Irreversible (needs a pinned approval)"
+    ATOMIC = "atomic", _("Atomic (shares the engine's transaction)")
+    NON_ATOMIC = "non_atomic", _("Non-atomic (external effect)")
+    SNAPSHOT_RESTORE = "snapshot_restore", _("Snapshot restore (needs a pinned backup)")
+    IRREVERSIBLE = "irreversible", _("Irreversible (needs a pinned approval)")
 
 
 class DecisionKind(models.TextChoices):
-    EFFECT_CONFIRMED = "effect_confirmed", "Effect confirmed"
-    EFFECT_ABSENT = "effect_absent", "Effect absent"
-    CANCEL = "cancel", "Cancel"
+    EFFECT_CONFIRMED = "effect_confirmed", _("Effect confirmed")
+    EFFECT_ABSENT = "effect_absent", _("Effect absent")
+    CANCEL = "cancel", _("Cancel")
 
 
 class DecisionState(models.TextChoices):
-    REQUESTED = "requested", "Awaiting approval"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
-    WITHDRAWN = "withdrawn", "Withdrawn by its requester"
+    REQUESTED = "requested", _("Awaiting approval")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+    WITHDRAWN = "withdrawn", _("Withdrawn by its requester")
 
 
 class IncidentStatus(models.TextChoices):
-    OPEN = "open", "Open"
-    RESOLVED = "resolved", "Resolved"
+    OPEN = "open", _("Open")
+    RESOLVED = "resolved", _("Resolved")
 
 
 class ResolutionState(models.TextChoices):
     """Where a request to resolve an integrity incident stands."""
 
-    REQUESTED = "requested", "Awaiting approval"
-    APPROVED = "approved", "Approved (incident resolved)"
-    REJECTED = "rejected", "Rejected"
-    WITHDRAWN = "withdrawn", "Withdrawn by the requester"
+    REQUESTED = "requested", _("Awaiting approval")
+    APPROVED = "approved", _("Approved (incident resolved)")
+    REJECTED = "rejected", _("Rejected")
+    WITHDRAWN = "withdrawn", _("Withdrawn by the requester")

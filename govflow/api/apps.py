@@ -1,12 +1,13 @@
 """App config of the REST API."""
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class ApiConfig(AppConfig):
     name = "govflow.api"
     label = "api"
-    verbose_name = "REST API"
+    verbose_name = _("REST API")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

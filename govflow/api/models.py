@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 
 from .scopes import scope_problem
@@ -48,8 +49,8 @@ class ApiKey(AbstractAPIKey):
 
     class Meta(AbstractAPIKey.Meta):
         db_table = "api_key"
-        verbose_name = "API key"
-        verbose_name_plural = "API keys"
+        verbose_name = _("API key")
+        verbose_name_plural = _("API keys")
 
     def clean(self) -> None:
         super().clean()
@@ -92,6 +93,8 @@ class IdempotencyRecord(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("idempotency record")
+        verbose_name_plural = _("idempotency records")
         db_table = "api_idempotency_record"
         constraints = [
             models.UniqueConstraint(fields=["owner", "key"], name="api_idempotency_owner_key"),

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class DemoConfig(AppConfig):
@@ -10,7 +11,7 @@ class DemoConfig(AppConfig):
 
     name = "govflow.demo"
     label = "govflow_demo"
-    verbose_name = "Demo module"
+    verbose_name = _("Demo module")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

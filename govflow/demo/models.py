@@ -7,6 +7,7 @@ transaction as the workflow step, or not at all.
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class NoteKind(models.TextChoices):
@@ -30,6 +31,8 @@ class DecisionNote(models.Model):
     recorded_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = _("decision note")
+        verbose_name_plural = _("decision notes")
         ordering = ["-recorded_at", "-pk"]
         permissions = [("approve_permit", "Can approve or refuse building permits")]
 

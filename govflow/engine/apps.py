@@ -1,11 +1,12 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
+from django.utils.translation import gettext_lazy as _
 
 
 class EngineConfig(AppConfig):
     name = "govflow.engine"
     label = "engine"
-    verbose_name = "Workflow engine"
+    verbose_name = _("Workflow engine")
 
     def ready(self) -> None:
         from recovery.api import projection_register

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 
 class TaskState(models.TextChoices):
@@ -76,6 +77,8 @@ class ExternalTask(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("external task")
+        verbose_name_plural = _("external tasks")
         db_table = "engine_external_task"
         indexes = [
             # Fetch-and-lock walks it in order for one topic and stops at its LIMIT.
@@ -108,6 +111,8 @@ class TaskReport(models.Model):
     received_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("task report")
+        verbose_name_plural = _("task reports")
         db_table = "engine_task_report"
         indexes = [models.Index(fields=["task", "received_at"], name="engine_task_report_at")]
 

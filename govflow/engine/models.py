@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from .external_tasks import ExternalTask, Refusal, ReportKind, TaskReport, TaskState
 from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
@@ -61,6 +62,8 @@ class Definition(models.Model):
     )
 
     class Meta:
+        verbose_name = _("definition")
+        verbose_name_plural = _("definitions")
         db_table = "engine_definition"
         constraints = [
             models.UniqueConstraint(fields=["key", "version"], name="engine_definition_version"),
@@ -90,6 +93,15 @@ class Instance(models.Model):
         "to (by an approved migration); empty: the definition's own.",
     )
     next_ordinal = models.PositiveIntegerField(default=1)
+    case = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The definition's case fields read from the variables: [name, text] pairs "
+        "in the declared order.",
+    )
+    case_text = models.TextField(
+        blank=True, default="", help_text="The case fields lowercased: what search looks in."
+    )
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -99,6 +111,8 @@ class Instance(models.Model):
     enqueued_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("instance")
+        verbose_name_plural = _("instances")
         db_table = "engine_instance"
         indexes = [models.Index(fields=["status"], name="engine_instance_status")]
         permissions = [
@@ -111,7 +125,16 @@ class Instance(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Instance {self.pk} of {self.definition_id} ({self.status})"
+        """The case in words: "Building permit #3 — T. Nowak, BP-2026-00001"."""
+        title = self.definition.title if self.definition_id else "Instance"
+        words = f"{title} #{self.pk}"
+        values = [text for _, text in self.case or () if text]
+        return f"{words} — {', '.join(values[:3])}" if values else words
+
+    @property
+    def case_map(self) -> dict[str, str]:
+        """The case fields by name."""
+        return {name: text for name, text in self.case or ()}
 
 
 class Token(models.Model):
@@ -136,6 +159,8 @@ class Token(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("token")
+        verbose_name_plural = _("tokens")
         db_table = "engine_token"
         constraints = [
             models.UniqueConstraint(fields=["instance", "ordinal"], name="engine_token_ordinal"),
@@ -166,6 +191,8 @@ class Timer(models.Model):
     fired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("timer")
+        verbose_name_plural = _("timers")
         db_table = "engine_timer"
         indexes = [models.Index(fields=["state", "due_at"], name="engine_timer_due")]
 
@@ -195,6 +222,8 @@ class TriggerDelivery(models.Model):
     consumed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("trigger delivery")
+        verbose_name_plural = _("trigger deliveries")
         db_table = "engine_trigger_delivery"
         indexes = [
             models.Index(fields=["message", "correlation", "state"], name="engine_delivery_match")
@@ -224,6 +253,8 @@ class Incident(models.Model):
     resolution_evidence = models.JSONField(default=list, blank=True)
 
     class Meta:
+        verbose_name = _("incident")
+        verbose_name_plural = _("incidents")
         db_table = "engine_incident"
 
     def __str__(self) -> str:
@@ -257,6 +288,8 @@ class KeptAnswer(models.Model):
     applied_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("kept answer")
+        verbose_name_plural = _("kept answers")
         db_table = "engine_kept_answer"
 
     def __str__(self) -> str:
@@ -302,6 +335,8 @@ class ContractMigration(models.Model):
     note = models.TextField(blank=True, default="")
 
     class Meta:
+        verbose_name = _("contract migration")
+        verbose_name_plural = _("contract migrations")
         db_table = "engine_contract_migration"
         constraints = [
             models.UniqueConstraint(

@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
+
+from recovery.api import trail_read
 
 from .models import (
     ContractMigration,
@@ -32,12 +35,14 @@ __all__ = [
     "WaitKind",
     "action_of",
     "contract_migrations_of",
+    "definition_variables_schema",
     "definitions_published",
     "engine_incidents_of",
     "instance_get",
     "instance_is_active",
     "instance_steps",
     "instance_subject",
+    "instance_trail",
     "node_of",
     "step_get",
     "step_waiting",
@@ -108,3 +113,30 @@ def contract_migrations_of(instance: Instance) -> QuerySet[ContractMigration]:
 def definitions_published() -> QuerySet[Definition]:
     """Every published definition, by key and newest version first."""
     return Definition.objects.order_by("key", "-version")
+
+
+def definition_variables_schema(definition: Definition) -> dict[str, Any] | None:
+    """The JSON Schema of the variables ``definition`` starts with (None: any object)."""
+    schema = trusted_spec(definition).document.get("variables")
+    return dict(schema) if isinstance(schema, dict) else None
+
+
+def instance_trail(instance: Instance) -> dict[str, Any]:
+    """The instance's audit trail as one JSON-ready document: what the chain, the ledger and
+    the decisions record (``recovery.api.trail_read``), with the instance it is about.
+    ``manage.py recovery_verify --file`` verifies it offline."""
+    definition = instance.definition
+    return {
+        **trail_read(instance_subject(instance.pk)),
+        "instance": instance.pk,
+        "exported_at": timezone.now().isoformat(),
+        "definition": {
+            "key": definition.key,
+            "version": definition.version,
+            "title": definition.title,
+            "fingerprint": instance.definition_fp,
+        },
+        "tenant": instance.tenant,
+        "status": instance.status,
+        "case": instance.case_map,
+    }

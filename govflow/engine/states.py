@@ -8,17 +8,18 @@ token's state the engine makes through ``Run.update_token`` is checked against i
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from recovery.api import TransitionTable
 
 
 class InstanceStatus(models.TextChoices):
-    RUNNING = "running", "Running"
-    WAITING = "waiting", "Waiting"
-    BLOCKED = "blocked", "Blocked (needs an operator)"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    RUNNING = "running", _("Running")
+    WAITING = "waiting", _("Waiting")
+    BLOCKED = "blocked", _("Blocked (needs an operator)")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 TERMINAL_STATUSES = frozenset(
@@ -28,34 +29,34 @@ TERMINAL_STATUSES = frozenset(
 
 
 class TokenState(models.TextChoices):
-    READY = "ready", "Ready"
-    EXECUTING = "executing", "Executing"
-    WAITING = "waiting", "Waiting"
-    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    READY = "ready", _("Ready")
+    EXECUTING = "executing", _("Executing")
+    WAITING = "waiting", _("Waiting")
+    OUTCOME_UNKNOWN = "outcome_unknown", _("Outcome unknown")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class WaitKind(models.TextChoices):
-    TIMER = "timer", "Timer"
-    TRIGGER = "trigger", "Trigger message"
-    APPROVAL = "approval", "Human approval"
-    EXTERNAL = "external", "External worker"
-    POLL = "poll", "Pending provider (poll)"
-    RETRY = "retry", "Retry backoff"
-    JOIN = "join", "Parallel join"
-    RECONCILE = "reconcile", "Asking the provider (reconcile)"
+    TIMER = "timer", _("Timer")
+    TRIGGER = "trigger", _("Trigger message")
+    APPROVAL = "approval", _("Human approval")
+    EXTERNAL = "external", _("External worker")
+    POLL = "poll", _("Pending provider (poll)")
+    RETRY = "retry", _("Retry backoff")
+    JOIN = "join", _("Parallel join")
+    RECONCILE = "reconcile", _("Asking the provider (reconcile)")
 
 
 class TimerState(models.TextChoices):
-    SCHEDULED = "scheduled", "Scheduled"
-    FIRED = "fired", "Fired"
+    SCHEDULED = "scheduled", _("Scheduled")
+    FIRED = "fired", _("Fired")
 
 
 class DeliveryState(models.TextChoices):
-    RECEIVED = "received", "Received (buffered until a step waits for it)"
-    CONSUMED = "consumed", "Consumed by a waiting step"
+    RECEIVED = "received", _("Received (buffered until a step waits for it)")
+    CONSUMED = "consumed", _("Consumed by a waiting step")
 
 
 T = TokenState

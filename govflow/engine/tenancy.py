@@ -10,6 +10,7 @@ tenants: another tenant's object is not found (404), not forbidden.
 
 from __future__ import annotations
 
+from django.contrib.auth.models import Group
 from django.db.models import CharField, QuerySet
 from django.db.models.functions import Cast
 
@@ -44,6 +45,18 @@ def tenants_of(user) -> frozenset[str] | None:
 
 def tenant_group_name(tenant: str) -> str:
     return f"{TENANT_GROUP_PREFIX}{tenant}"
+
+
+def tenant_choices(user) -> list[str]:
+    """The tenants ``user`` may start an instance for, sorted: the tenants of their
+    ``tenant:`` groups; for a superuser, every tenant a group names. Empty: none."""
+    tenants = tenants_of(user)
+    if tenants is None:
+        names = Group.objects.filter(name__startswith=TENANT_GROUP_PREFIX).values_list(
+            "name", flat=True
+        )
+        tenants = frozenset(name[len(TENANT_GROUP_PREFIX) :] for name in names)
+    return sorted(t for t in tenants if t)
 
 
 def roles_of(user) -> frozenset[str]:

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class HandoffsConfig(AppConfig):
@@ -11,7 +12,7 @@ class HandoffsConfig(AppConfig):
 
     name = "govflow.handoffs"
     label = "handoffs"
-    verbose_name = "Handoffs and decisions"
+    verbose_name = _("Handoffs and decisions")
 
     def ready(self) -> None:
         register_instance_subjects()

@@ -6,17 +6,18 @@ services decide what is allowed and say why not.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 from django.template.defaultfilters import filesizeformat
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
-from govflow.engine.limits import payload_max_bytes, variables_max_bytes
+from govflow.engine.definitions import schema_errors
+from govflow.engine.limits import variables_max_bytes
 from govflow.engine.models import Definition
-from govflow.engine.outputs import ResultField
-from govflow.engine.selectors import definitions_published
+from govflow.engine.outputs import ResultField, schema_expressible, schema_fields
+from govflow.engine.selectors import definition_variables_schema, definitions_published
 from recovery.api import (
     BINARY_TYPES,
     TEXT_TYPES,
@@ -28,31 +29,63 @@ from recovery.api import (
     parse_json,
 )
 
+from .schema_forms import JsonValueField, initial_value, nest, schema_form_field  # noqa: F401
+
 
 class DefinitionChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Definition) -> str:
-        return f"{obj.key} v{obj.version} — {obj.title}"
+        return f"{obj.title} ({obj.key} v{obj.version})"
+
+
+class DefinitionPickForm(forms.Form):
+    """The first step of starting an instance: which definition (a GET form)."""
+
+    definition = DefinitionChoiceField(
+        queryset=definitions_published(),
+        label=_("Definition"),
+        empty_label=_("Choose a published definition"),
+    )
+
+
+VAR_PREFIX = "var."
 
 
 class InstanceStartForm(forms.Form):
-    definition = DefinitionChoiceField(
-        queryset=definitions_published(),
-        label="Definition",
-        empty_label="Choose a published definition",
+    """Starting an instance of ``definition``: the tenant, and the variables its schema asks
+    for — one field each, typed, required as the schema requires (:func:`schema_fields`),
+    or, when the schema says more than a form can ask (``raw``), one JSON object."""
+
+    tenant = forms.ChoiceField(
+        label=_("Tenant"),
+        help_text=_("The organisation or office this instance runs for."),
     )
-    tenant = forms.CharField(
-        label="Tenant",
-        max_length=100,
-        initial="default",
-        help_text="The organisation or office this instance runs for.",
-    )
-    variables = forms.CharField(
-        label="Variables",
-        required=False,
-        initial="{}",
-        widget=forms.Textarea(attrs={"rows": 10, "cols": 80, "spellcheck": "false"}),
-        help_text='A JSON object, for example {"applicant": "A. Smith"}. Leave empty for none.',
-    )
+
+    def __init__(self, *args, definition: Definition, tenants, raw: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.definition = definition
+        self.schema = definition_variables_schema(definition)
+        # The operator's own tenants only (tenant_choices). One is chosen for them; of
+        # several, none is preselected: a case started for the wrong office is a real error.
+        choices = [(t, t) for t in tenants]
+        if len(tenants) == 1:
+            self.fields["tenant"].initial = tenants[0]
+        else:
+            choices.insert(0, ("", _("Choose the tenant")))
+        self.fields["tenant"].choices = choices
+        self.raw = raw or not schema_expressible(self.schema)
+        self.specs = [] if self.raw else schema_fields(self.schema)
+        for spec in self.specs:
+            self.fields[VAR_PREFIX + spec.name] = schema_form_field(
+                spec, required=spec.required, help_text=spec.help
+            )
+        if self.raw:
+            self.fields["variables"] = forms.CharField(
+                label=_("Variables"),
+                required=False,
+                initial="{}",
+                widget=forms.Textarea(attrs={"rows": 10, "cols": 80, "spellcheck": "false"}),
+                help_text=_("A JSON object matching the schema shown below. Leave empty for none."),
+            )
 
     def clean_variables(self) -> dict[str, Any]:
         text = (self.cleaned_data.get("variables") or "").strip()
@@ -60,23 +93,43 @@ class InstanceStartForm(forms.Form):
             return {}
         limit = variables_max_bytes()
         if len(text.encode("utf-8", "surrogatepass")) > limit:
-            raise forms.ValidationError(f"Variables may be at most {limit} bytes of JSON.")
+            raise forms.ValidationError(
+                _("Variables may be at most %(limit)s bytes of JSON.") % {"limit": limit}
+            )
         try:
             value = parse_json(text, max_bytes=limit)
         except CanonicalError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+            raise forms.ValidationError(_("Not valid JSON: %(error)s") % {"error": exc}) from None
         if not isinstance(value, dict):
-            raise forms.ValidationError("Variables must be a JSON object mapping names to values.")
+            raise forms.ValidationError(
+                _("Variables must be a JSON object mapping names to values.")
+            )
         return value
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.raw:
+            variables = cleaned.get("variables", {})
+        else:
+            variables = nest({s.name: cleaned.get(VAR_PREFIX + s.name) for s in self.specs})
+        cleaned["variables"] = variables
+        if self.errors or not self.schema:
+            return cleaned
+        for error in schema_errors(self.schema, variables)[:10]:
+            name = VAR_PREFIX + ".".join(map(str, error.path))
+            self.add_error(name if name in self.fields else None, error.message)
+        return cleaned
 
 
 class CancelForm(forms.Form):
     reason = forms.CharField(
-        label="Reason for cancelling",
+        label=_("Reason for cancelling"),
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Recorded on the instance. Cancelling undoes nothing outside the engine: "
-        "a step whose outcome is unknown stays open until someone records what happened.",
+        help_text=_(
+            "Recorded on the instance. Cancelling undoes nothing outside the engine: "
+            "a step whose outcome is unknown stays open until someone records what happened."
+        ),
     )
 
 
@@ -89,12 +142,12 @@ class DecisionApproveForm(forms.Form):
 
 class ApprovalForm(forms.Form):
     decision = forms.ChoiceField(
-        choices=[("approve", "Approve"), ("reject", "Reject")],
+        choices=[("approve", _("Approve")), ("reject", _("Reject"))],
         widget=forms.RadioSelect,
-        label="Decision",
+        label=_("Decision"),
     )
     note = forms.CharField(
-        label="Note",
+        label=_("Note"),
         required=False,
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
@@ -104,13 +157,13 @@ class ApprovalForm(forms.Form):
 CHECK_PREFIX = "check_"
 RESULT_PREFIX = "result_"
 CONFIRMED = DecisionKind.EFFECT_CONFIRMED
-CONFIRM_REQUIRED = "Required to record effect confirmed."
+CONFIRM_REQUIRED = _("Required to record effect confirmed.")
 
 
 def evidence_help() -> str:
     """The accepted types and the limits, as the settings set them now."""
     types = ", ".join(ext.lstrip(".").upper() for ext in {**BINARY_TYPES, **TEXT_TYPES})
-    return _(
+    return gettext(
         "One or more files (choose several at once): %(types)s. At most %(one)s per file "
         "and %(all)s for all files together."
     ) % {
@@ -132,23 +185,25 @@ class HandoffRequestForm(forms.Form):
     """
 
     kind = forms.ChoiceField(
-        label="Decision",
+        label=_("Decision"),
         choices=DecisionKind.choices,
         widget=forms.RadioSelect,
-        help_text="Effect confirmed and effect absent need evidence. A timeout, a restart or "
-        "an empty local result is not evidence of absence. Effect confirmed also records "
-        "what the effect returned (the result fields below).",
+        help_text=_(
+            "Effect confirmed and effect absent need evidence. A timeout, a restart or "
+            "an empty local result is not evidence of absence. Effect confirmed also records "
+            "what the effect returned (the result fields below)."
+        ),
     )
     rationale = forms.CharField(
-        label="Rationale",
+        label=_("Rationale"),
         max_length=4000,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
-        help_text="What you checked and what it showed.",
+        help_text=_("What you checked and what it showed."),
     )
     evidence = MultipleFileField(
-        label="Evidence files",
+        label=_("Evidence files"),
         required=False,
-        help_text="One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
+        help_text=_("One or more files: PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG."),
     )
     required_css_class = "required"  # the admin's mark of a required field
 
@@ -175,11 +230,12 @@ class HandoffRequestForm(forms.Form):
                 label=check.instruction,
                 required=True,
                 error_messages={
-                    "required": f"Answer the provider's verification checks first: {check.id}."
+                    "required": _("Answer the provider's verification checks first: %(check)s.")
+                    % {"check": check.id}
                 },
                 max_length=2000,
                 widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-                help_text=f"Your finding for check '{check.id}'.",
+                help_text=_("Your finding for check '%(check)s'.") % {"check": check.id},
             )
             self.check_ids.append(check.id)
         self.result_fields = list(result_fields)
@@ -226,58 +282,18 @@ class HandoffRequestForm(forms.Form):
 def result_form_field(spec: ResultField) -> forms.Field:
     """A form field for one value of a step's result (never required by the form itself:
     it is required for effect confirmed only, which ``clean`` checks)."""
-    help_text = " ".join(p for p in (spec.help, CONFIRM_REQUIRED if spec.required else "") if p)
-    common = {"label": spec.label, "required": False, "help_text": help_text}
-    if spec.type == "string":
-        return forms.CharField(max_length=spec.max_length or 2000, **common)
-    if spec.type in ("integer", "number"):
-        bounds = {"min_value": spec.minimum, "max_value": spec.maximum}
-        if spec.type == "integer":
-            return forms.IntegerField(**bounds, **common)
-        return forms.FloatField(**bounds, **common)
-    if spec.type == "boolean":
-        choices = [("", "—"), ("true", "Yes"), ("false", "No")]
-        return forms.TypedChoiceField(
-            choices=choices, coerce=lambda v: v == "true", empty_value=None, **common
-        )
-    if spec.type == "enum":
-        choices = [("", "—")] + [(json.dumps(v), str(v)) for v in spec.enum]
-        return forms.TypedChoiceField(
-            choices=choices, coerce=json.loads, empty_value=None, **common
-        )
-    return JsonValueField(
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "spellcheck": "false"}), **common
+    help_text = " ".join(
+        p for p in (spec.help, str(CONFIRM_REQUIRED) if spec.required else "") if p
     )
-
-
-def initial_value(spec: ResultField, value: Any) -> Any:
-    """How a field shows ``value`` before anyone types."""
-    if spec.type == "boolean":
-        return "true" if value is True else "false" if value is False else ""
-    if spec.type in ("enum", "json"):
-        return json.dumps(value, ensure_ascii=False)
-    return value
-
-
-class JsonValueField(forms.CharField):
-    """A JSON value typed as text (a result value the form has no field type for)."""
-
-    def to_python(self, value):
-        text = (super().to_python(value) or "").strip()
-        if not text:
-            return None
-        try:
-            return parse_json(text, max_bytes=payload_max_bytes())
-        except CanonicalError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+    return schema_form_field(spec, required=False, help_text=help_text)
 
 
 class RejectDecisionForm(forms.Form):
     note = forms.CharField(
-        label="Why reject it",
+        label=_("Why reject it"),
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text="The requester sees this and can request again.",
+        help_text=_("The requester sees this and can request again."),
     )
 
 
@@ -285,15 +301,15 @@ class IncidentResolveForm(forms.Form):
     """The investigation that resolves an engine incident: what was found, with evidence."""
 
     rationale = forms.CharField(
-        label="What you investigated and found",
+        label=_("What you investigated and found"),
         max_length=4000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Recorded with your name on the incident and on the instance's chain.",
+        help_text=_("Recorded with your name on the incident and on the instance's chain."),
     )
     evidence = MultipleFileField(
-        label="Evidence files (optional)",
+        label=_("Evidence files (optional)"),
         required=False,
-        help_text="PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG.",
+        help_text=_("PDF, PNG, JPEG, TXT, CSV, JSON, EML or LOG."),
     )
 
     def __init__(self, *args, **kwargs) -> None:
@@ -302,13 +318,14 @@ class IncidentResolveForm(forms.Form):
 
 
 class MigrationRequestForm(forms.Form):
-    action = forms.ChoiceField(label="Action", widget=forms.HiddenInput)
+    action = forms.ChoiceField(label=_("Action"), widget=forms.HiddenInput)
     rationale = forms.CharField(
-        label="Why the instance may go on under the new contract",
+        label=_("Why the instance may go on under the new contract"),
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="What you checked and with whom. A second person approves it before "
-        "anything runs.",
+        help_text=_(
+            "What you checked and with whom. A second person approves it before anything runs."
+        ),
     )
 
     def __init__(self, *args, actions: list[str], **kwargs) -> None:
@@ -318,8 +335,8 @@ class MigrationRequestForm(forms.Form):
 
 class MigrationRejectForm(forms.Form):
     note = forms.CharField(
-        label="Why reject it",
+        label=_("Why reject it"),
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text="The instance stays blocked; the requester sees this and can request again.",
+        help_text=_("The instance stays blocked; the requester sees this and can request again."),
     )

@@ -16,31 +16,47 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils.translation import get_language, gettext_noop
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop as N_
 
 from govflow.engine.models import Instance, Timer, Token
 from govflow.engine.selectors import engine_incidents_of
-from recovery.api import Subject, checkpoints_of
+from recovery.api import OperationState, Subject, checkpoints_of
 
 # Fact kinds in words (marked for translation, translated when shown); an unknown kind is
 # shown as it is stored.
 FACT_WORDS = {
-    "projection": N_("Workflow state recorded on the chain"),
-    "operation.recorded": N_("Ledger operation recorded (before dispatch)"),
-    "operation.dispatched": N_("Dispatched to the provider"),
-    "operation.observed": N_("Provider's answer observed"),
-    "decision.requested": N_("Decision requested"),
-    "decision.approved": N_("Decision approved"),
-    "decision.rejected": N_("Decision rejected"),
-    "decision.withdrawn": N_("Decision withdrawn"),
-    "engine.incident_resolved": N_("Engine incident resolved"),
-    "engine.migration_requested": N_("Contract migration requested"),
-    "engine.migration_rejected": N_("Contract migration rejected"),
-    "engine.contract_migrated": N_("Contract migration approved"),
+    "projection": gettext_noop("Workflow state recorded on the chain"),
+    "operation.recorded": gettext_noop("Ledger operation recorded (before dispatch)"),
+    "operation.dispatched": gettext_noop("Dispatched to the provider"),
+    "operation.observed": gettext_noop("Provider's answer observed"),
+    "operation.observation": gettext_noop("Provider's finding recorded (kept as evidence)"),
+    "decision.requested": gettext_noop("Decision requested"),
+    "decision.approved": gettext_noop("Decision approved"),
+    "decision.rejected": gettext_noop("Decision rejected"),
+    "decision.withdrawn": gettext_noop("Decision withdrawn"),
+    "engine.incident_resolved": gettext_noop("Engine incident resolved"),
+    "engine.migration_requested": gettext_noop("Contract migration requested"),
+    "engine.migration_rejected": gettext_noop("Contract migration rejected"),
+    "engine.contract_migrated": gettext_noop("Contract migration approved"),
 }
 # The fact fields that name the person who did it.
 ACTOR_FIELDS = ("approved_by", "rejected_by", "withdrawn_by", "resolved_by", "requested_by")
+
+
+def in_sentence(label: str) -> str:
+    """A state's name inside a sentence: lowercased in English ("is now outcome unknown");
+    German keeps the capital its nouns carry ("ist jetzt Ergebnis unbekannt")."""
+    if (get_language() or "en").startswith("de"):
+        return str(label)
+    return str(label)[:1].lower() + str(label)[1:]
+
+
+def _state_words(state: str) -> str:
+    try:
+        return in_sentence(OperationState(state).label)
+    except ValueError:  # a state this version does not know: shown as stored
+        return state.replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ def _chain_entries(subject: Subject, step_of_key: dict[str, str]) -> list[Entry]
         what = _(FACT_WORDS.get(checkpoint.kind, checkpoint.kind))
         state = fact.get("state")
         if checkpoint.kind == "operation.observed" and state:
-            what = _("Provider's answer observed: %(state)s") % {"state": state.replace("_", " ")}
+            what = _("Provider's answer observed: %(state)s") % {"state": _state_words(state)}
         step = step_of_key.get(str(fact.get("operation", "")), "")
         detail = (
             _("#%(seq)s, step %(step)s") % {"seq": checkpoint.seq, "step": step}
@@ -101,7 +117,7 @@ def _step_entries(tokens: list[Token], titles: dict[str, str]) -> list[Entry]:
         if token.updated_at != token.created_at or by:
             what = _("Step “%(title)s” is now %(state)s") % {
                 "title": title,
-                "state": token.get_state_display().lower(),
+                "state": in_sentence(token.get_state_display()),
             }
             if by and isinstance(token.payload, dict) and "approved" in token.payload:
                 what = (

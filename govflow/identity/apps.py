@@ -1,10 +1,11 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class IdentityConfig(AppConfig):
     name = "govflow.identity"
     label = "identity"
-    verbose_name = "Identity and access"
+    verbose_name = _("Identity and access")
 
     def ready(self) -> None:
         from recovery.api import subject_type_register

@@ -54,6 +54,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The desk's language: the one chosen with the switch (a cookie), else the browser's.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -188,7 +190,13 @@ CONTENT_SECURITY_POLICY = {
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
+# Each language named in itself, as the desk's language switch shows it.
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
+# The desk's German catalogue; the .mo is compiled at install (make), never committed.
+LOCALE_PATHS = [BASE_DIR / "locale"]
+# Dates and numbers follow the language; the desk's date-time keeps the seconds (formats/).
+FORMAT_MODULE_PATH = ["govflow.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

@@ -52,6 +52,9 @@ PREFS = {
     "profile.password_manager_enabled": False,
     "profile.password_manager_leak_detection": False,
     "net.network_prediction_options": 2,  # no preconnects to the search engine
+    # The desk follows the browser's language (LocaleMiddleware): English unless a test
+    # switches, whatever the machine's locale.
+    "intl.accept_languages": "en-US,en",
 }
 
 

@@ -131,7 +131,9 @@ def test_the_operator_confirms_register_with_the_application_number_and_the_perm
     approver.choose("decision", "approve")
     approver.fill("note", "Complies with the zoning plan.")
     approver.press("Record decision")
-    assert any("Your approve of 'approval' is recorded." in m for m in approver.messages())
+    assert any(
+        "You approved 'Permits officer decides'; it is recorded." in m for m in approver.messages()
+    )
     instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason
 

@@ -16,6 +16,7 @@ from govflow.engine.services.definitions import definition_publish
 from recovery.models import Decision
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import effects
+from tests.tenancy import bind_only
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,6 +83,7 @@ def test_a_definition_file_is_uploaded_and_listed_and_a_bad_one_shows_its_proble
 
 
 def test_an_instance_is_started_from_the_start_page_and_shown_with_its_steps(browser, operator):
+    bind_only(operator, "default", "city-hall")  # the tenants the start form offers her
     definition = definition_publish(
         document=linear(
             action("write"),
@@ -93,23 +95,27 @@ def test_an_instance_is_started_from_the_start_page_and_shown_with_its_steps(bro
     browser.log_in("olga", "pw-olga")
     browser.open("/admin/engine/instance/")
     browser.follow("Start instance")
-    browser.select("definition", "tests.browser_start v1 — Test flow")
-    browser.fill("tenant", "city-hall")
+    browser.select("definition", "Test flow (tests.browser_start v1)")
+    browser.press("Continue")
+    # The schema is a form (one text field), or JSON text when asked for.
+    browser.follow("Enter the variables as JSON instead")
+    browser.select("tenant", "city-hall")
     browser.fill("variables", '{"value": 7}')
     browser.press("Start instance")
-    assert any("Variables do not match" in e for e in browser.errors())
+    assert any("7 is not of type 'string'" in e for e in browser.errors())
     assert not Instance.objects.exists()
 
     browser.fill("variables", '{"value": "v7"}')
     browser.press("Start instance")
     instance = Instance.objects.get()
     assert instance.definition == definition
-    assert any(f"Instance {instance.pk} of {definition} started" in m for m in browser.messages())
+    # Words, not ids: the definition's title and the instance's number.
+    assert any(f"Started Test flow #{instance.pk};" in m for m in browser.messages())
 
     browser.open("/admin/engine/instance/")
     assert "city-hall" in browser.shown("#result_list")
-    browser.follow(str(instance.pk))
-    assert browser.title == f"Instance {instance.pk}: {definition}"
+    browser.follow(f"Test flow #{instance.pk}")
+    assert browser.title == f"Test flow #{instance.pk}"
     status = browser.section("Status")
     assert "Status Running" in status and "Tenant city-hall" in status
     assert "Started by olga" in status

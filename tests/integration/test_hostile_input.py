@@ -203,6 +203,7 @@ def test_the_start_page_refuses_hostile_variables(client_of_operator, definition
     before = snapshot()
     response = client_of_operator.post(
         url("instance_start"),
+        # A tenant of the operator's (her groups): the variables reach the service's guard.
         {"definition": definition.pk, "tenant": "city-hall", "variables": planted.text},
     )
     assert response.status_code == 200

@@ -12,6 +12,7 @@ The package's parts: ``limits`` (patterns and bounds), ``schemas`` (JSON Schema 
 
 from __future__ import annotations
 
+from .case import case_text, case_values
 from .document import DefinitionInvalid, Spec, Transition, definition_fingerprint, parse_definition
 from .limits import (
     KEY,
@@ -43,6 +44,8 @@ __all__ = [
     "DefinitionInvalid",
     "Spec",
     "Transition",
+    "case_text",
+    "case_values",
     "definition_fingerprint",
     "parse_definition",
     "schema_errors",

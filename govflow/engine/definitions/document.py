@@ -11,12 +11,22 @@ from recovery.api import CanonicalError, canonical_bytes
 
 from ..contracts import pinned_fingerprint
 from ..registry import ActionRegistry
+from .case import check_case_fields
 from .graph import check_graph
 from .limits import KEY, MAX_KEY, MAX_NODES, MAX_TITLE, MAX_TRANSITIONS, MAX_VERSION
 from .nodes import check_condition, check_node
 from .schemas import schema_problem
 
-FIELDS = {"key", "version", "title", "nodes", "transitions", "variables", "description"}
+FIELDS = {
+    "key",
+    "version",
+    "title",
+    "nodes",
+    "transitions",
+    "variables",
+    "description",
+    "case_fields",
+}
 
 
 class DefinitionInvalid(ValueError):
@@ -116,6 +126,8 @@ def _header_problems(document: dict[str, Any]) -> list[str]:
         problem = schema_problem(document["variables"])
         if problem:
             problems.append(f"'variables' is not a valid JSON Schema: {problem}")
+    if "case_fields" in document:
+        check_case_fields(document["case_fields"], problems)
     return problems
 
 

@@ -20,7 +20,7 @@ from recovery.api import (
 
 from ..conf import operator_lease_ttl
 from ..db import clock, engine_commit
-from ..definitions import schema_errors
+from ..definitions import case_text, case_values, schema_errors
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
 from ..liveness import worker_name
@@ -90,6 +90,7 @@ def instance_start(
             variables=variables,
             access=access,
             started_by=actor,
+            **_case(definition, variables),
             created_at=clock(),
             updated_at=clock(),
             next_ordinal=2,
@@ -110,6 +111,11 @@ def instance_start(
         enqueue_advance(instance.pk)
     instance.refresh_from_db()
     return instance
+
+
+def _case(definition: Definition, variables: dict[str, Any]) -> dict[str, Any]:
+    case = case_values(spec_of(definition).document, variables)
+    return {"case": case, "case_text": case_text(case)}
 
 
 def _admitted_start(

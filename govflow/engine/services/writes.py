@@ -12,6 +12,7 @@ from django.db import connection
 from recovery.api import Fence, fenced_update, fenced_update_row, insert_row
 
 from ..db import clock
+from ..definitions import case_text, case_values
 from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenState
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
@@ -75,8 +76,11 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         stuck = _stuck_reason(run)
         if stuck:
             new_status, reason = InstanceStatus.BLOCKED, stuck
+    case = case_values(run.spec.document, run.instance.variables)
     values: dict[str, Any] = {
         "variables": run.instance.variables,
+        "case": case,
+        "case_text": case_text(case),
         "next_ordinal": run.instance.next_ordinal,
         "status": new_status,
         "updated_at": clock(),

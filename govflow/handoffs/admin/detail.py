@@ -12,14 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.urls import reverse
+from django.utils.translation import gettext as _
 
 from govflow.engine.admin.base import pretty_json
 from govflow.engine.models import (
-    ContractMigration,
     Incident,
     Instance,
     InstanceStatus,
-    MigrationState,
     Token,
     TokenState,
     WaitKind,
@@ -27,14 +26,12 @@ from govflow.engine.models import (
 from govflow.engine.outputs import result_fields
 from govflow.engine.registry import ActionDefinition, registry
 from govflow.engine.selectors import (
-    contract_migrations_of,
     engine_incidents_of,
     external_tasks_of,
     instance_is_active,
     instance_steps,
     instance_subject,
 )
-from govflow.engine.services.contract_migrations import MIGRATE, migration_candidates
 from govflow.engine.services.definitions import trusted_spec
 from recovery.api import (
     INLINE_TYPES,
@@ -59,8 +56,6 @@ from ..forms import (
     CancelForm,
     HandoffRequestForm,
     IncidentResolveForm,
-    MigrationRejectForm,
-    MigrationRequestForm,
     RejectDecisionForm,
 )
 from ..graph import definition_svg, node_states
@@ -68,11 +63,14 @@ from ..present import MAX_ROWS, flatten, node_titles
 from ..services.desk import result_schema_of
 from ..services.incidents import RESOLVE, open_cases_of
 from ..timeline import instance_timeline
+from ..words import case_labels, node_title, permission_name
+from .detail_contracts import contract_context
 
 OPERATE = "engine.operate_instance"
 REQUEST = "recovery.request_decision"
 APPROVE = "recovery.approve_decision"
 VIEW_INTEGRITY = "recovery.view_integrityincident"
+TRAIL = "recovery.view_checkpoint"  # the audit trail holds every checkpoint
 # step_retry refuses the steps of these instances; the page offers no retry there.
 NOT_RETRIED = (InstanceStatus.CANCELLED, InstanceStatus.COMPLETED)
 
@@ -87,8 +85,10 @@ class StepRow:
     token: Token
     node_type: str
     action: ActionDefinition | None
+    title: str = ""  # the node's title from the definition (its id when it has none)
     retry: bool = False
     approval_permission: str = ""
+    approval_permission_name: str = ""
     approval_form: ApprovalForm | None = None
     handoff_form: HandoffRequestForm | None = None
     open_decision: Any = None  # a recovery decision awaiting approval
@@ -96,7 +96,6 @@ class StepRow:
     findings: list = field(default_factory=list)  # what the provider's reconcile/checks said
     may_ask: bool = False  # "Ask the provider now"
     prefilled: bool = False  # the request form starts from the provider's finding
-    title: str = ""  # the node's title from the definition (its id when it has none)
     case: HandoffCase | None = None  # what an operator deciding an unknown outcome reads
 
 
@@ -122,13 +121,18 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound, ops, lat
     for token in tokens:
         node = dict(nodes.get(token.node_id, {}))
         action = registry.get(node.get("action", "")) if node.get("type") == "action" else None
-        row = StepRow(token=token, node_type=node.get("type", "?"), action=action)
-        row.title = str(node.get("title") or token.node_id)
+        row = StepRow(
+            token=token,
+            node_type=node.get("type", "?"),
+            action=action,
+            title=node_title(node, token.node_id),
+        )
         if token.state == TokenState.FAILED and instance.status not in NOT_RETRIED:
             row.retry = user.has_perm(OPERATE)
             row.missing = missing_perms(user, (OPERATE,))
         if token.state == TokenState.WAITING and token.wait_kind == WaitKind.APPROVAL:
             row.approval_permission = node.get("permission", "")
+            row.approval_permission_name = permission_name(row.approval_permission)
             row.approval_form = bound.get(("approval", token.pk))
             if row.approval_form is None and user.has_perm(row.approval_permission):
                 row.approval_form = ApprovalForm(auto_id=f"id_approval_{token.pk}_%s")
@@ -237,58 +241,20 @@ def finding_initial(findings) -> dict[str, Any]:
     if found is None:
         return {}
     confirmed = found.outcome == "succeeded"
+    values = ", ".join(f"{k}={v}" for k, v in sorted(found.values.items()))
     said = (
-        f"returned {', '.join(f'{k}={v}' for k, v in sorted(found.values.items()))}"
+        _("returned %(values)s") % {"values": values}
         if confirmed
-        else f"said: {found.reason or 'the effect did not happen'}"
+        else _("said: %(reason)s") % {"reason": found.reason or _("the effect did not happen")}
     )
+    rationale = _(
+        "The provider's reconcile (finding %(pk)s, %(at)s UTC) looked the effect up by this "
+        "step's idempotency key and %(said)s."
+    ) % {"pk": found.pk, "at": f"{found.observed_at:%Y-%m-%d %H:%M}", "said": said}
     return {
         "kind": DecisionKind.EFFECT_CONFIRMED if confirmed else DecisionKind.EFFECT_ABSENT,
-        "rationale": (
-            f"The provider's reconcile (finding {found.pk}, {found.observed_at:%Y-%m-%d %H:%M} "
-            f"UTC) looked the effect up by this step's idempotency key and {said}."
-        ),
+        "rationale": rationale,
     }
-
-
-@dataclass
-class ContractChange:
-    action: str
-    change: str
-    open_migration: ContractMigration | None = None
-    request_form: MigrationRequestForm | None = None
-
-
-@dataclass
-class MigrationRow:
-    migration: ContractMigration
-    reject_form: MigrationRejectForm | None = None
-    may_approve: bool = False
-
-
-def _contract_context(request, instance: Instance, active: bool, bound) -> dict[str, Any]:
-    """The actions a provider changed under this instance, and their migrations."""
-    user = request.user
-    migrations = list(contract_migrations_of(instance))
-    open_by_action = {m.action: m for m in migrations if m.state == MigrationState.REQUESTED}
-    changes = []
-    for action, change in migration_candidates(instance) if active else []:
-        row = ContractChange(action, change, open_migration=open_by_action.get(action))
-        if row.open_migration is None and user.has_perm(MIGRATE):
-            row.request_form = bound.get(("migrate", action)) or MigrationRequestForm(
-                actions=[action], initial={"action": action}, auto_id=f"id_migrate_{action}_%s"
-            )
-        changes.append(row)
-    rows = []
-    for migration in migrations:
-        row = MigrationRow(migration)
-        if migration.state == MigrationState.REQUESTED and user.has_perm(MIGRATE):
-            row.may_approve = migration.requested_by_id != user.pk
-            row.reject_form = bound.get(("migration_reject", migration.pk)) or (
-                MigrationRejectForm(auto_id=f"id_migration_reject_{migration.pk}_%s")
-            )
-        rows.append(row)
-    return {"contract_changes": changes, "migrations": rows}
 
 
 def _decision_rows(request, instance: Instance, decisions, bound) -> list[DecisionRow]:
@@ -391,5 +357,11 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "cancel_missing": missing_perms(user, (OPERATE,)) if active else "",
         "approve_permission": APPROVE,
         "inline_types": INLINE_TYPES,
-        **_contract_context(request, instance, active, bound),
+        "case_rows": [
+            (label, instance.case_map[name])
+            for name, label in case_labels(instance.definition).items()
+            if name in instance.case_map
+        ],
+        "may_export_trail": user.has_perm(TRAIL),
+        **contract_context(request, instance, active, bound),
     }

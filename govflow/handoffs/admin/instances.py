@@ -9,26 +9,31 @@ and decisions in ``step_views``, contract migrations in ``migration_views``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.text import Truncator
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
-from govflow.engine.admin.base import ReadOnlyAdmin, require
+from govflow.engine.admin.base import ReadOnlyAdmin, pretty_json, require
 from govflow.engine.models import Instance
+from govflow.engine.selectors import definitions_published, instance_trail
 from govflow.engine.services.instances import instance_start
-from govflow.engine.tenancy import scope
+from govflow.engine.tenancy import scope, tenant_choices
 from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
-from ..forms import InstanceStartForm
-from .detail import detail_context
+from ..forms import DefinitionPickForm, InstanceStartForm
+from ..words import case_column, case_labels
+from .detail import TRAIL, detail_context
 from .migration_views import MigrationActions
 from .step_views import StepActions
 
@@ -38,18 +43,20 @@ START = "engine.start_instance"
 @admin.register(Instance)
 class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
     list_display = (
-        "id",
-        "definition",
+        "case_title",
+        "definition_title",
         "tenant",
         "status",
+        "case_summary",
         "reason_short",
         "started_by",
         "created_at",
         "updated_at",
     )
-    list_display_links = ("id", "definition")
+    list_display_links = ("case_title",)
     list_filter = ("status", "tenant", "definition__key")
-    search_fields = ("=id", "tenant", "definition__key", "reason")
+    # case_text: the definition's case fields (applicant, case number, …), lowercased.
+    search_fields = ("=id", "tenant", "definition__key", "definition__title", "reason", "case_text")
     date_hierarchy = "created_at"
     list_select_related = ("definition", "started_by")
     ordering = ("-created_at", "-pk")
@@ -59,9 +66,32 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         """Only the instances of the user's tenants: another tenant's is not found (404)."""
         return scope(super().get_queryset(request), request.user)
 
-    @admin.display(description="Reason")
+    @admin.display(description=_("Reason"))
     def reason_short(self, obj: Instance) -> str:
         return Truncator(obj.reason).chars(80)
+
+    @admin.display(description=_("Case"), ordering="-pk")
+    def case_title(self, obj: Instance) -> str:
+        return str(obj)
+
+    @admin.display(description=_("Definition"), ordering="definition__title")
+    def definition_title(self, obj: Instance) -> str:
+        return obj.definition.title
+
+    @admin.display(description=_("Case fields"))
+    def case_summary(self, obj: Instance) -> str:
+        labels = case_labels(obj.definition)
+        return "; ".join(f"{labels.get(k, k)}: {v}" for k, v in obj.case or ()) or "—"
+
+    def get_list_display(self, request):
+        """Filtered to one definition, its case fields are columns of their own."""
+        key = request.GET.get("definition__key")
+        definition = definitions_published().filter(key=key).first() if key else None
+        if definition is None:
+            return self.list_display
+        columns = [case_column(name, label) for name, label in case_labels(definition).items()]
+        head, tail = self.list_display[:4], self.list_display[5:]
+        return (*head, *columns, *tail)
 
     # -- URLs ---------------------------------------------------------------------------
 
@@ -72,6 +102,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         actions = (*StepActions.URLS, *MigrationActions.URLS)
         return [
             url("start/", self.start_view, "start"),
+            url("<path:object_id>/trail/", self.trail_view, "trail"),
             *(url(route, getattr(self, view), name) for route, view, name in actions),
             *super().get_urls(),
         ]
@@ -100,7 +131,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"Instance {instance.pk}: {instance.definition}",
+            "title": str(instance),
             "object": instance,
             **detail_context(request, instance, bound),
         }
@@ -117,40 +148,75 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         return instance
 
     def start_view(self, request):
+        """Choose a definition (GET), then fill in the form its variables schema generates;
+        ``?raw=1`` (or a schema a form cannot express) asks for the variables as JSON."""
         require(request, START)
-        initial = {"definition": request.GET.get("definition")}
+        tenants = tenant_choices(request.user)
+        if not tenants:
+            return self._start_page(
+                request, {"no_tenant": True, "title": gettext("Start an instance")}
+            )
+        source = request.POST if request.method == "POST" else request.GET
+        pick = DefinitionPickForm(source if "definition" in source else None)
+        if not pick.is_bound or not pick.is_valid():
+            return self._start_page(request, {"pick": pick, "title": gettext("Start an instance")})
+        definition = pick.cleaned_data["definition"]
         form = InstanceStartForm(
-            request.POST if request.method == "POST" else None, initial=initial
+            request.POST if request.method == "POST" else None,
+            definition=definition,
+            tenants=tenants,
+            raw=source.get("raw") == "1",
         )
         if request.method == "POST" and form.is_valid():
-            data = form.cleaned_data
-            try:
-                instance = instance_start(
-                    definition=data["definition"],
-                    tenant=data["tenant"],
-                    variables=data["variables"],
-                    actor=request.user,
-                )
-            except (ConflictError, IntegrityViolation) as exc:
-                messages.error(request, str(exc))
-            except RecoveryValidationError as exc:
-                form.add_error(None, str(exc))
-            else:
-                messages.success(
-                    request,
-                    f"Instance {instance.pk} of {instance.definition} "
-                    "started; a worker will run it.",
-                )
+            instance = self._start(request, form)
+            if instance is not None:
                 if self.has_view_permission(request, instance):
                     return redirect(self.detail_url(instance.pk))
                 return redirect(request.path)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Start an instance",
-            "form": form,
-        }
+        return self._start_page(
+            request,
+            {
+                "form": form,
+                "definition": definition,
+                "schema_json": pretty_json(form.schema) if form.raw and form.schema else "",
+                "title": gettext("Start: %(definition)s") % {"definition": definition.title},
+            },
+        )
+
+    def _start(self, request, form) -> Instance | None:
+        data = form.cleaned_data
+        try:
+            instance = instance_start(
+                definition=form.definition,
+                tenant=data["tenant"],
+                variables=data["variables"],
+                actor=request.user,
+            )
+        except (ConflictError, IntegrityViolation) as exc:
+            messages.error(request, str(exc))
+        except RecoveryValidationError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(
+                request, gettext("Started %(case)s; a worker will run it.") % {"case": instance}
+            )
+            return instance
+        return None
+
+    def _start_page(self, request, context: dict[str, Any]):
+        context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
         return TemplateResponse(request, "admin/engine/instance/start.html", context)
+
+    def trail_view(self, request, object_id):
+        """The instance's audit trail as one JSON file (``recovery_verify --file`` checks it)."""
+        instance = self.get_instance(request, unquote(object_id), TRAIL)
+        body = json.dumps(instance_trail(instance), indent=1, ensure_ascii=False, default=str)
+        response = HttpResponse(body.encode(), content_type="application/json; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="instance-{instance.pk}-trail.json"'
+        )
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
 
     # -- actions (POST only) ------------------------------------------------------------
 

@@ -9,6 +9,7 @@ is pinned to, under its lease). A mixin of
 from __future__ import annotations
 
 from django.http import Http404
+from django.utils.translation import gettext as _
 
 from govflow.engine.models import ContractMigration, Instance
 from govflow.engine.services.contract_migrations import (
@@ -64,8 +65,11 @@ class MigrationActions:
                 actor=request.user,
             ),
             done=lambda migration: (
-                f"Migration {migration.pk} of {migration.action} is requested. Another person "
-                "with the migrate permission must approve it before the instance moves on."
+                _(
+                    "Migration %(pk)s of %(action)s is requested. Another person "
+                    "with the migrate permission must approve it before the instance moves on."
+                )
+                % {"pk": migration.pk, "action": migration.action}
             ),
         )
 
@@ -77,8 +81,11 @@ class MigrationActions:
             instance,
             call=lambda: instance_migrate_approve(migration_id=migration.pk, actor=request.user),
             done=lambda approved: (
-                f"Migration {approved.pk} is approved: instance {instance.pk} runs "
-                f"{approved.action} under its current contract and moves on."
+                _(
+                    "Migration %(pk)s is approved: instance %(instance)s runs "
+                    "%(action)s under its current contract and moves on."
+                )
+                % {"pk": approved.pk, "instance": instance.pk, "action": approved.action}
             ),
         )
 
@@ -97,8 +104,11 @@ class MigrationActions:
             call=lambda: instance_migrate_reject(
                 migration_id=migration.pk, actor=request.user, note=form.cleaned_data["note"]
             ),
-            done=lambda _: (
-                f"Migration {migration.pk} is rejected; the instance stays blocked until its "
-                "actions are migrated or it is cancelled."
+            done=lambda result: (
+                _(
+                    "Migration %(pk)s is rejected; the instance stays blocked until its "
+                    "actions are migrated or it is cancelled."
+                )
+                % {"pk": migration.pk}
             ),
         )

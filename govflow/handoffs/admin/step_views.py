@@ -7,6 +7,8 @@ A mixin of :class:`~govflow.handoffs.admin.instances.InstanceAdmin`, which suppl
 from __future__ import annotations
 
 from django.http import Http404
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop, ngettext
 
 from govflow.engine.models import Instance, InstanceStatus, Token
 from govflow.engine.registry import registry
@@ -37,28 +39,41 @@ from ..services.desk import (
     handoff_withdraw,
 )
 from ..services.incidents import RESOLVE, engine_incident_resolve, open_cases_of
+from ..words import node_title
 from .detail import APPROVE, OPERATE, REQUEST, handoff_form
+
+
+def decided_words(decision: str, title: str) -> str:
+    """What the approver reads after deciding: "You approved 'Permits officer decides'."."""
+    if decision == "approve":
+        return _("You approved '%(step)s'; it is recorded.") % {"step": title}
+    return _("You rejected '%(step)s'; it is recorded.") % {"step": title}
 
 
 def approved_message(approved, *, was_cancelled: bool = False) -> str:
     """What an approval did, as the operator who approved it reads it."""
     step = approved.operation.step_id
-    if was_cancelled:
-        done = "completed" if approved.kind == DecisionKind.EFFECT_CONFIRMED else "failed"
-        what = f"step '{step}' is recorded as {done}; the instance stays cancelled"
+    if was_cancelled and approved.kind == DecisionKind.EFFECT_CONFIRMED:
+        what = _("step '%(step)s' is recorded as completed; the instance stays cancelled")
+    elif was_cancelled:
+        what = _("step '%(step)s' is recorded as failed; the instance stays cancelled")
     elif approved.kind == DecisionKind.EFFECT_CONFIRMED:
-        what = (
-            f"step '{step}' is completed with the confirmed result, applied as its output, "
+        what = _(
+            "step '%(step)s' is completed with the confirmed result, applied as its output, "
             "and the instance goes on from there"
         )
     elif approved.kind == DecisionKind.EFFECT_ABSENT:
-        what = (
-            f"step '{step}' is marked failed and the instance is blocked: retry the step "
+        what = _(
+            "step '%(step)s' is marked failed and the instance is blocked: retry the step "
             "(the provider gets the same idempotency key) or cancel the instance"
         )
     else:
-        what = "the instance is cancelled; nothing outside the engine was undone"
-    return f"Decision {approved.pk} ({approved.get_kind_display()}) is approved: {what}."
+        what = _("the instance is cancelled; nothing outside the engine was undone")
+    return _("Decision %(pk)s (%(kind)s) is approved: %(what)s.") % {
+        "pk": approved.pk,
+        "kind": approved.get_kind_display(),
+        "what": what % {"step": step} if "%(step)s" in what else what,
+    }
 
 
 class StepActions:
@@ -118,7 +133,10 @@ class StepActions:
             done=lambda cancelled: " ".join(
                 filter(
                     None,
-                    [f"Instance {instance.pk} is cancelled.", open_cases_of(cancelled).summary()],
+                    [
+                        _("Instance %(pk)s is cancelled.") % {"pk": instance.pk},
+                        open_cases_of(cancelled).summary(),
+                    ],
                 )
             ),
         )
@@ -132,13 +150,19 @@ class StepActions:
                 request,
                 instance,
                 call=lambda: task_retry(task_id=dead.pk, actor=request.user),
-                done=lambda fresh: f"Step '{token.node_id}' waits for a new task ({fresh.pk}).",
+                done=lambda fresh: (
+                    _("Step '%(step)s' waits for a new task (%(task)s).")
+                    % {"step": token.node_id, "task": fresh.pk}
+                ),
             )
         return self.act(
             request,
             instance,
             call=lambda: step_retry(instance_id=instance.pk, token_id=token.pk, actor=request.user),
-            done=lambda _: f"Step '{token.node_id}' will be retried (attempt {token.attempt + 1}).",
+            done=lambda result: (
+                _("Step '%(step)s' will be retried (attempt %(attempt)s).")
+                % {"step": token.node_id, "attempt": token.attempt + 1}
+            ),
         )
 
     def approval_view(self, request, instance_id: int, token_id: int):
@@ -160,8 +184,8 @@ class StepActions:
                 approved=form.cleaned_data["decision"] == "approve",
                 note=form.cleaned_data["note"],
             ),
-            done=lambda _: (
-                f"Your {form.cleaned_data['decision']} of '{token.node_id}' is recorded."
+            done=lambda _: decided_words(
+                form.cleaned_data["decision"], node_title(node_of(instance, token), token.node_id)
             ),
         )
 
@@ -195,8 +219,11 @@ class StepActions:
                 result=form.result(),
             ),
             done=lambda decision: (
-                f"Decision {decision.pk} ({decision.get_kind_display()}) is requested. "
-                "Another person with the approve permission must check it and approve it."
+                _(
+                    "Decision %(pk)s (%(kind)s) is requested. "
+                    "Another person with the approve permission must check it and approve it."
+                )
+                % {"pk": decision.pk, "kind": decision.get_kind_display()}
             ),
         )
 
@@ -238,9 +265,12 @@ class StepActions:
             request,
             instance,
             call=lambda: handoff_withdraw(decision_id=decision.pk, actor=request.user),
-            done=lambda _: (
-                f"Decision {decision.pk} is withdrawn; the step still waits for a decision, "
-                "and you can request a new one."
+            done=lambda result: (
+                _(
+                    "Decision %(pk)s is withdrawn; the step still waits for a decision, "
+                    "and you can request a new one."
+                )
+                % {"pk": decision.pk}
             ),
         )
 
@@ -261,8 +291,9 @@ class StepActions:
                 rationale=form.cleaned_data["rationale"],
                 evidence=form.cleaned_data["evidence"],
             ),
-            done=lambda _: (
-                f"Engine incident {incident.pk} is resolved; your investigation is recorded."
+            done=lambda result: (
+                _("Engine incident %(pk)s is resolved; your investigation is recorded.")
+                % {"pk": incident.pk}
             ),
         )
 
@@ -281,35 +312,49 @@ class StepActions:
             call=lambda: handoff_reject(
                 decision_id=decision.pk, actor=request.user, note=form.cleaned_data["note"]
             ),
-            done=lambda _: (
-                f"Decision {decision.pk} is rejected; the step still waits for a decision."
+            done=lambda result: (
+                _("Decision %(pk)s is rejected; the step still waits for a decision.")
+                % {"pk": decision.pk}
             ),
         )
 
 
 ANSWERED = {
-    "succeeded": "says the effect happened",
-    "failed": "says the effect did not happen",
-    "pending": "is still working on it",
-    "unknown": "cannot say whether the effect happened",
+    "succeeded": gettext_noop("The provider says the effect happened"),
+    "failed": gettext_noop("The provider says the effect did not happen"),
+    "pending": gettext_noop("The provider is still working on it"),
+    "unknown": gettext_noop("The provider cannot say whether the effect happened"),
 }
 
 
 def _asked_message(node_id: str, asked: Asked) -> str:
     """What an operator reads after asking a provider about step ``node_id``."""
-    said = (
-        f"The provider {ANSWERED.get(asked.outcome, 'answered')}"
-        if asked.outcome
-        else "The provider has no reconcile hook"
+    if not asked.outcome:
+        said = _("The provider has no reconcile hook")
+    else:
+        said = _(ANSWERED.get(asked.outcome, gettext_noop("The provider answered")))
+    checks = (
+        ngettext(
+            "; %(n)s automatic check finding recorded",
+            "; %(n)s automatic check findings recorded",
+            asked.checks,
+        )
+        % {"n": asked.checks}
+        if asked.checks
+        else ""
     )
-    checks = f"; {asked.checks} automatic check finding(s) recorded" if asked.checks else ""
     if asked.settled:
-        follows = "Its action lets its word settle the step, so the step moved on."
+        follows = _("Its action lets its word settle the step, so the step moved on.")
     elif asked.outcome in ("succeeded", "failed"):
-        follows = (
+        follows = _(
             "The request form below is pre-filled from it: check it, add evidence and "
             "request the decision; a second person approves it."
         )
     else:
-        follows = "The decision stays with an operator."
-    return f"Asked about step '{node_id}'. {said}{checks}. {follows}"
+        follows = _("The decision stays with an operator.")
+    return _("Asked about step '%(step)s'. %(said)s%(checks)s. %(follows)s") % {
+        "step": node_id,
+        "said": said,
+        "checks": checks,
+        "follows": follows,
+    }

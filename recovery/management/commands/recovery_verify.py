@@ -9,6 +9,8 @@ and ``--approve INCIDENT --by B`` (or the incident's admin page) is B's approval
 
 from __future__ import annotations
 
+import json
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -34,15 +36,50 @@ from recovery.services.resolutions import (
     incident_resolve_approve_via_owner,
 )
 from recovery.subjects import Subject
+from recovery.trail import TrailUnreadable, trail_verify
 from recovery.watermarks import ANCHOR_STORE, LEDGER
 
 SPECIAL = (ANCHOR_STORE, LEDGER)
 
 
+def verify_file(out, path: str) -> None:
+    """Verify an exported trail file offline; exit 1 (naming what broke) unless it verifies."""
+    try:
+        with open(path, "rb") as handle:
+            document = json.loads(handle.read().decode("utf-8"))
+    except OSError as exc:
+        raise CommandError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CommandError(f"{path} is not a JSON file: {exc}") from exc
+    try:
+        result = trail_verify(document)
+    except TrailUnreadable as exc:
+        raise CommandError(f"{path}: {exc}") from exc
+    except ChainKeyError as exc:
+        raise CommandError(
+            f"{exc} Verifying a trail needs the chain key that wrote it (RECOVERY_CHAIN_KEYS)."
+        ) from exc
+    if result.ok:
+        out.write(
+            f"ok {result.subject}: {result.length} checkpoint(s) re-linked with the chain key, "
+            f"{len(document['operations'])} operation(s) and {len(document['decisions'])} "
+            "decision(s) agree with the replay."
+        )
+        return
+    out.write(
+        f"BROKEN {result.subject} at #{result.position}: {result.reason}. The file differs "
+        "from what the chain recorded: it was edited after the export, or the chain key "
+        "in the settings is not the one that wrote it."
+    )
+    raise SystemExit(1)
+
+
 class Command(BaseCommand):
     help = (
-        "Recompute every subject's keyed checkpoint chain, compare it with the ledger "
-        "operations and with the anchors kept outside the database. Prints one line per "
+        "With --file TRAIL.json: verify an exported audit trail offline, without the "
+        "database (needs the chain key in the settings). Otherwise: recompute every "
+        "subject's keyed checkpoint chain, compare it with the ledger operations and with "
+        "the anchors kept outside the database. Prints one line per "
         "broken chain, opens an integrity incident for it, and exits with status 1 when "
         "anything is broken. Resolving an incident takes two "
         "people: --resolve records a request, --approve (by someone else) approves it."
@@ -50,6 +87,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--subject", help="verify one subject only, written type:id")
+        parser.add_argument(
+            "--file",
+            metavar="TRAIL.json",
+            help="verify an exported audit trail offline, without the database: re-links "
+            "its chain with the chain key from the settings (RECOVERY_CHAIN_KEYS: the "
+            "verifier needs the same key that wrote the chain) and checks its ledger "
+            "operations and decision results against the replay; takes no other option",
+        )
         parser.add_argument(
             "--resolve",
             action="store_true",
@@ -111,6 +156,8 @@ class Command(BaseCommand):
         verbosity=1,
         **options,
     ):
+        if options.get("file") is not None:
+            return self._file(options["file"], subject, resolve, approve, anchor, watermark)
         if approve is not None:
             if resolve or subject or watermark is not None or rationale or anchor:
                 raise CommandError(
@@ -153,6 +200,11 @@ class Command(BaseCommand):
             failed = not self._anchor(restart_anchors) or failed
         if failed:
             raise SystemExit(1)
+
+    def _file(self, path: str, *others) -> None:
+        if any(o not in (None, False) for o in others):
+            raise CommandError("--file verifies one exported trail and takes no other option.")
+        verify_file(self.stdout, path)
 
     def _summarize(
         self, report: AnchorsReport | None, no_anchors: bool, count: int, broken: int, problems: int
