@@ -23,6 +23,8 @@ from .errors import (
     ChainBroken,
     ChainConflict,
     ChainKeyError,
+    CompensationDrift,
+    CompensationRefused,
     ConflictError,
     ContradictoryObservation,
     DecisionConflict,
@@ -86,6 +88,14 @@ from .selectors import (
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
+from .services.compensations import (
+    CompensationView,
+    DispatchRefused,
+    compensation_approve,
+    compensation_dispatch,
+    compensation_record,
+    compensations_of,
+)
 from .services.decisions import (
     decision_approve,
     decision_reject,
@@ -146,6 +156,8 @@ from .services.resolutions import (
 from .states import (
     TERMINAL,
     TRANSITIONS,
+    CompensationApproval,
+    CompensationTrigger,
     DecisionKind,
     DecisionState,
     IncidentStatus,
@@ -179,6 +191,11 @@ __all__ = [
     "ChainBroken",
     "ChainConflict",
     "ChainKeyError",
+    "CompensationApproval",
+    "CompensationDrift",
+    "CompensationRefused",
+    "CompensationTrigger",
+    "CompensationView",
     "ConflictError",
     "ContradictoryObservation",
     "DecisionConflict",
@@ -186,6 +203,7 @@ __all__ = [
     "DecisionKind",
     "DecisionState",
     "Dialect",
+    "DispatchRefused",
     "EffectOperation",
     "EmptyNonce",
     "EvidenceCorrupt",
@@ -232,6 +250,10 @@ __all__ = [
     "canonical_bytes",
     "chain_verify",
     "checkpoints_of",
+    "compensation_approve",
+    "compensation_dispatch",
+    "compensation_record",
+    "compensations_of",
     "decision_approve",
     "decision_awaiting_exists",
     "decision_evidence",

@@ -56,6 +56,22 @@ class DecisionKind(models.TextChoices):
     EFFECT_CONFIRMED = "effect_confirmed", "Effect confirmed"
     EFFECT_ABSENT = "effect_absent", "Effect absent"
     CANCEL = "cancel", "Cancel"
+    COMPENSATE = "compensate", "Run the compensation"
+
+
+class CompensationApproval(models.TextChoices):
+    """Whether a compensation runs by itself or after a second person approved it."""
+
+    AUTOMATIC = "automatic", "Runs automatically"
+    OPERATOR = "operator", "Needs an operator's approval (four eyes)"
+
+
+class CompensationTrigger(models.TextChoices):
+    """What made a compensation necessary. Persisted: never rename one."""
+
+    CANCEL = "cancel", "The instance was cancelled"
+    FAILURE = "failure", "A later step failed"
+    OPERATOR = "operator", "An operator asked for it"
 
 
 class DecisionState(models.TextChoices):

@@ -33,7 +33,7 @@ __all__ = ["INCIDENT_TRAIL", "fact_append", "facts_read", "incident_fact_append"
 
 # Namespaced like "engine.contract_migrated"; the ledger's own namespaces are reserved.
 KIND = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_.]*$")
-RESERVED = ("operation.", "decision.", "incident.")
+RESERVED = ("operation.", "decision.", "incident.", "compensation.")
 INCIDENT_TRAIL = "recovery.incident"
 
 

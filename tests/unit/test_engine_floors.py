@@ -34,6 +34,7 @@ FLOORS = [
     ("govflow.engine.services.rehydration", "what a previous holder left executing"),
     ("govflow.engine.services.reconcile", "the reconciliation ladder: the provider asked"),
     ("govflow.engine.services.steps", "one step, returning the next move"),
+    ("govflow.engine.services.saga", "compensations: planned once, run in reverse"),
     ("govflow.engine.services.runtime", "the loop and the protocol"),
 ]
 CORE = [name for name, _ in FLOORS]
