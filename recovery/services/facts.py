@@ -96,9 +96,10 @@ def facts_read(*, subject: Subject, kind: str) -> list[dict[str, Any]]:
     """The facts of ``kind`` on ``subject``'s chain, oldest first.
 
     A read of the stored rows: it does not verify the chain. A caller that acts on them
-    verifies the chain first (:func:`~recovery.chain.chain_verify`).
+    verifies the chain first (:func:`~recovery.chain.chain_verify`). The ledger's own
+    kinds may be read too (only writing them is reserved).
     """
-    _check_kind(kind)
+    _check_kind(kind, own=True)
     rows = Checkpoint.objects.filter(
         subject_type=subject.type, subject_id=subject.id, kind=kind
     ).order_by("seq")
