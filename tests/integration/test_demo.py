@@ -133,8 +133,9 @@ def test_demo_workflows_publish_and_validate_against_the_registry(published):
     for path in WORKFLOWS.glob("*.json"):
         spec = parse_definition(json.loads(path.read_text()), registry=registry)
         assert spec.actions() <= {a.name for a in actions.ALL}
-    # v2: the demo actions declare output schemas, a change of their pinned contracts.
-    assert published["demo.building_permit"].version == 2
+    # v2: the demo actions declare output schemas, a change of their pinned contracts;
+    # v3: cancelling after the fee was collected refunds it (compensate_on).
+    assert published["demo.building_permit"].version == 3
     # Publishing again is a no-op: same bytes, same row.
     again = definitions_load_app_workflows()
     assert {d.pk for d in again} >= {d.pk for d in published.values()}
