@@ -65,6 +65,7 @@ class CompensationView:
 
     key: str
     original_key: str
+    original_action: str
     step_id: str
     action: str
     state: str
@@ -374,6 +375,7 @@ def _view(intent: Compensation) -> CompensationView:
     return CompensationView(
         key=operation.key,
         original_key=intent.original.key,
+        original_action=intent.original.action,
         step_id=operation.step_id,
         action=operation.action,
         state=operation.state,

@@ -240,7 +240,7 @@ def test_an_unknown_compensation_is_never_run_twice_and_goes_on_once_decided(
         actor=requester,
         evidence=[evidence()],
     )
-    compensation_outcome_approve(decision_id=decision.pk, actor=approver)
+    compensation_outcome_approve(decision_id=decision.pk, actor=approver, instance_id=instance.pk)
     drive(instance)
     assert [c.state for c in compensations(instance)] == ["effect_confirmed", "succeeded"]
     assert effects.call_count("alpha.undo") == 2
@@ -314,6 +314,7 @@ def request_and_approve(instance, intent, requester, approver):
         instance_id=instance.pk, key=intent.key, actor=requester, rationale="Refund it."
     )
     return compensation_approve_run(
+        instance_id=instance.pk,
         decision_id=decision.pk,
         actor=approver,
         shown_revision=api.subject_revision(subject_of(instance)),
@@ -340,12 +341,14 @@ def test_an_operator_compensation_waits_for_a_second_person(operator, approver, 
     shown = api.subject_revision(subject_of(instance))
     with pytest.raises(api.DecisionError, match="cannot approve it"):
         compensation_approve_run(
+            instance_id=instance.pk,
             decision_id=decision.pk,
             actor=requester,
             shown_revision=shown,
             shown_preview_fp=intent.preview_fp,
         )
     compensation_approve_run(
+        instance_id=instance.pk,
         decision_id=decision.pk,
         actor=approver,
         shown_revision=shown,
@@ -374,6 +377,7 @@ def test_an_approval_after_drift_is_refused_and_nothing_recorded(operator, reque
     before = ledger_size(instance)
     with pytest.raises(api.CompensationDrift, match="revision moved") as caught:
         compensation_approve_run(
+            instance_id=instance.pk,
             decision_id=decision.pk,
             actor=approver,
             shown_revision=shown,
@@ -382,6 +386,7 @@ def test_an_approval_after_drift_is_refused_and_nothing_recorded(operator, reque
     assert caught.value.drift == ("revision",)
     with pytest.raises(api.CompensationDrift, match="preview moved"):
         compensation_approve_run(
+            instance_id=instance.pk,
             decision_id=decision.pk,
             actor=approver,
             shown_revision=shown + 1,

@@ -28,6 +28,7 @@ from govflow.engine.tenancy import scope
 from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
 from ..forms import InstanceStartForm
+from .compensation_views import CompensationActions, compensation_context
 from .detail import detail_context
 from .migration_views import MigrationActions
 from .step_views import StepActions
@@ -36,7 +37,7 @@ START = "engine.start_instance"
 
 
 @admin.register(Instance)
-class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
+class InstanceAdmin(StepActions, MigrationActions, CompensationActions, ReadOnlyAdmin):
     list_display = (
         "id",
         "definition",
@@ -69,7 +70,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         def url(route: str, view: Callable, name: str):
             return path(route, self.admin_site.admin_view(view), name=f"engine_instance_{name}")
 
-        actions = (*StepActions.URLS, *MigrationActions.URLS)
+        actions = (*StepActions.URLS, *MigrationActions.URLS, *CompensationActions.URLS)
         return [
             url("start/", self.start_view, "start"),
             *(url(route, getattr(self, view), name) for route, view, name in actions),
@@ -103,6 +104,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
             "title": f"Instance {instance.pk}: {instance.definition}",
             "object": instance,
             **detail_context(request, instance, bound),
+            **compensation_context(request, instance, bound),
         }
         return TemplateResponse(request, "admin/engine/instance/detail.html", context)
 

@@ -109,13 +109,14 @@ def compensation_request_run(*, instance_id: int, key: str, actor, rationale: st
 
 
 def compensation_approve_run(
-    *, decision_id: int, actor, shown_revision: int, shown_preview_fp: str
+    *, decision_id: int, actor, instance_id: int, shown_revision: int, shown_preview_fp: str
 ) -> Any:
-    """A second person approves running a compensation, bound to what they were shown."""
-    decision = decision_get(decision_id=decision_id)
+    """A second person approves running a compensation, bound to what they were shown:
+    the instance's revision and the compensation's preview fingerprint on their page."""
+    decision = decision_get(decision_id=decision_id, subject=instance_subject(instance_id))
     if decision is None:
-        raise InvalidRequest(f"No decision has id {decision_id}.")
-    instance = _instance(int(decision.operation.subject_id))
+        raise InvalidRequest(f"Instance {instance_id} has no decision {decision_id}.")
+    instance = _instance(instance_id)
     approved = compensation_approve(
         decision_id=decision_id,
         approved_by=actor,
@@ -153,8 +154,13 @@ def compensation_outcome_request(
     )
 
 
-def compensation_outcome_approve(*, decision_id: int, actor) -> Any:
+def compensation_outcome_approve(*, decision_id: int, actor, instance_id: int) -> Any:
     """Approve another person's record of a compensation's outcome; the saga goes on."""
+    decision = decision_get(decision_id=decision_id, subject=instance_subject(instance_id))
+    if decision is None or not decision.operation.key.startswith("cmp-"):
+        raise InvalidRequest(f"Instance {instance_id} has no compensation decision {decision_id}.")
+    if decision.kind == DecisionKind.COMPENSATE:
+        raise InvalidRequest("Approve running a compensation with what its preview shows.")
     approved = decision_approve(decision_id=decision_id, approved_by=actor)
     _queue(int(approved.operation.subject_id))
     return approved
