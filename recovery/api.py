@@ -94,6 +94,7 @@ from .services.compensations import (
     compensation_approve,
     compensation_dispatch,
     compensation_record,
+    compensation_subjects_due,
     compensations_of,
 )
 from .services.decisions import (
@@ -253,6 +254,7 @@ __all__ = [
     "compensation_approve",
     "compensation_dispatch",
     "compensation_record",
+    "compensation_subjects_due",
     "compensations_of",
     "decision_approve",
     "decision_awaiting_exists",

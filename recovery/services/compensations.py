@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connection
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from .. import chain
@@ -39,6 +40,7 @@ __all__ = [
     "compensation_approve",
     "compensation_dispatch",
     "compensation_record",
+    "compensation_subjects_due",
     "compensations_of",
 ]
 
@@ -389,3 +391,24 @@ def _view(intent: Compensation) -> CompensationView:
         decision_id=intent.decision_id,
         bound_revision=intent.bound_revision,
     )
+
+
+def compensation_subjects_due(*, subject_type: str, limit: int = 500) -> list[str]:
+    """The ids of subjects with a compensation that a run must take up now (reads).
+
+    One dispatched and never answered (its holder died: a run records it unknown), or one
+    prepared that may run (automatic, or with its approval bound), unless the subject's
+    saga stopped at a failed or uncertain compensation (a person's turn). A subject's owner
+    queues them again when no live lease holds them (the engine's sweep).
+    """
+    mine = Compensation.objects.filter(subject_type=subject_type)
+    # A saga that stopped at a failed or uncertain compensation waits for a person.
+    halted = mine.filter(
+        operation__state__in=[S.FAILED, S.OUTCOME_UNKNOWN, S.EFFECT_ABSENT, S.PENDING]
+    ).values("subject_id")
+    due = mine.filter(
+        Q(operation__state=S.DISPATCHED)
+        | Q(operation__state=S.PREPARED)
+        & (Q(approval=CompensationApproval.AUTOMATIC) | Q(decision__isnull=False))
+    ).exclude(subject_id__in=halted)
+    return list(due.values_list("subject_id", flat=True).distinct()[:limit])

@@ -108,6 +108,6 @@ def test_an_unknown_compensation_is_a_handoff_on_the_page(olga):
 
 def test_a_get_on_a_compensation_action_goes_back_to_the_page(olga):
     instance = cancelled(olga)
-    response = logged_in(olga).get(url("instance_cmp_start", instance.pk))
+    response = logged_in(olga).get(url("instance_compensate", instance.pk))
     assert response.status_code == 302
     assert response["Location"] == url("instance_change", instance.pk)

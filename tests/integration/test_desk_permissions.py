@@ -77,7 +77,7 @@ INCIDENT_PARAM = {  # incident_id names an engine incident on the instance page
     "engine_instance_incident_resolve": "incident",
 }
 POST_ONLY = re.compile(
-    r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request)$"
+    r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request|compensate)$"
 )
 
 
@@ -195,6 +195,8 @@ def url_for(name: str | None, route: str, ids: dict) -> str:
         elif param in ("object_id", "id"):
             target = TENANT_MODELS.get(found[0]) or GLOBAL_MODELS.get(found[0])
             kwargs[param] = quote(str(ids.get(target, 1))) if target else "1"
+        elif param == "key":  # a compensation's operation key (none: the page is refused)
+            kwargs[param] = "cmp-" + "0" * 64
         elif param == "incident_id":
             recovery = found[0].startswith("recovery")
             default = "integrityincident" if recovery else "incident"

@@ -162,7 +162,7 @@ class CompensationActions:
     """Start, request, approve a compensation; record what happened to an unknown one."""
 
     URLS = (
-        ("<int:instance_id>/compensations/start/", "compensations_start_view", "cmp_start"),
+        ("<int:instance_id>/compensations/start/", "compensations_start_view", "compensate"),
         (
             "<int:instance_id>/compensations/<str:key>/request/",
             "compensation_request_view",
@@ -176,7 +176,7 @@ class CompensationActions:
         (
             "<int:instance_id>/compensations/<str:key>/outcome/",
             "compensation_outcome_view",
-            "cmp_outcome",
+            "cmp_outcome_request",
         ),
         (
             "<int:instance_id>/compensations/outcomes/<int:decision_id>/approve/",
