@@ -43,21 +43,25 @@ class CompensableEffect(models.Model):
         return f"{self.step_id} ({self.operation_key[:15]}…)"
 
 
-def compensable_keep(run, token, node: Mapping[str, Any], output: Mapping[str, Any]) -> None:
+def compensable_keep(
+    run, token, node: Mapping[str, Any], output: Mapping[str, Any], *, key: str | None = None
+) -> None:
     """Keep a completing step's input and output if its action can be compensated.
 
     Needs the caller's commit, and runs before the output reaches the variables (so the
-    input is rebuilt from the variables the step was dispatched with).
+    input is rebuilt from the variables the step was dispatched with). ``key`` is the
+    operation that succeeded when the token does not carry it yet (an atomic step).
     """
     action = registry.get(node.get("action", ""))
-    if action is None or action.compensate is None or not token.operation_key:
+    key = key or token.operation_key
+    if action is None or action.compensate is None or not key:
         return
     try:
         input_value = build_input(node.get("input", {}), run.variables)
     except MissingVariable:
         return  # it could not have been dispatched with this input; nothing to keep
     CompensableEffect.objects.update_or_create(
-        operation_key=token.operation_key,
+        operation_key=key,
         defaults={
             "instance_id": run.instance.pk,
             "step_id": token.node_id,

@@ -454,3 +454,28 @@ def test_compensations_are_approved_in_the_order_they_run(operator, requester):
         compensation_request_run(
             instance_id=instance.pk, key=second.key, actor=requester, rationale="Refund."
         )
+
+
+def test_an_atomic_step_is_compensated_from_its_own_operation(operator):
+    import dataclasses
+
+    from govflow.engine.provider import Compensate
+    from govflow.engine.registry import registry
+    from tests.providers.alpha import actions as alpha
+
+    noted = dataclasses.replace(
+        alpha.note,
+        name="alpha.noted",
+        compensate=Compensate(action="alpha.undo", input={"value": "output.noted"}),
+    )
+    with registry.override(noted):
+        instance = drive(start(linear(action("a", "alpha.noted", compensate_on=["cancel"]), WAIT)))
+        instance_cancel(instance_id=instance.pk, actor=operator, reason="withdrawn")
+        drive(instance)
+    [done] = compensations(instance)
+    original = Operation.objects.get(key=done.original_key)
+    assert (original.action, original.state, done.state) == (
+        "alpha.noted",
+        "succeeded",
+        "succeeded",
+    )

@@ -33,11 +33,13 @@ from typing import Any
 import jsonschema
 
 from recovery.api import (
+    ChainBroken,
     CompensationDrift,
     CompensationRefused,
     CompensationView,
     DispatchRefused,
     FingerprintKind,
+    IntegrityViolation,
     OperationState,
     compensation_dispatch,
     compensation_record,
@@ -46,6 +48,7 @@ from recovery.api import (
     facts_read,
     fingerprint_value,
     idempotency_key,
+    incident_open,
     operation_observe,
     operations_of,
 )
@@ -236,6 +239,18 @@ def saga_run(run: Run) -> int:
     """
     if not declares(run) or run.integrity_problem():
         return 0  # no new effect while an integrity incident is open (I12)
+    try:
+        return _run_in_reverse(run)
+    except IntegrityViolation as exc:
+        # The ended instance stays as it is; the ledger's refusal stops its saga here.
+        if isinstance(exc, ChainBroken):
+            incident_open(verification=exc.result)  # after the refused commit rolled back
+        log.error("instance %s: compensations stopped for integrity: %s", run.instance.pk, exc)
+        return 0
+
+
+def _run_in_reverse(run: Run) -> int:
+    """Plan a due trigger, then each compensation in turn (owns its commits)."""
     if saga_due(run):
         with engine_commit():
             saga_plan(run, TRIGGER_OF[run.instance.status])

@@ -217,7 +217,7 @@ def complete_with_output(
     (:func:`succeed`) or an operator confirmed it (``handoffs.services.desk``). A
     compensable action's input and output are kept first (``compensable``).
     """
-    compensable_keep(run, token, node, output)
+    compensable_keep(run, token, node, output, key=(extra or {}).get("operation_key"))
     apply_output(run.variables, token.node_id, node.get("output"), output)
     run.update_token(token, expected, state=TokenState.COMPLETED, reason=reason, **(extra or {}))
     run.active.pop(token.pk, None)
