@@ -96,6 +96,7 @@ from .services.compensations import (
     compensation_record,
     compensation_subjects_due,
     compensations_of,
+    compensations_waiting,
 )
 from .services.decisions import (
     decision_approve,
@@ -256,6 +257,7 @@ __all__ = [
     "compensation_record",
     "compensation_subjects_due",
     "compensations_of",
+    "compensations_waiting",
     "decision_approve",
     "decision_awaiting_exists",
     "decision_evidence",

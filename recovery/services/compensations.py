@@ -412,3 +412,21 @@ def compensation_subjects_due(*, subject_type: str, limit: int = 500) -> list[st
         & (Q(approval=CompensationApproval.AUTOMATIC) | Q(decision__isnull=False))
     ).exclude(subject_id__in=halted)
     return list(due.values_list("subject_id", flat=True).distinct()[:limit])
+
+
+def compensations_waiting(*, subject_type: str):
+    """Compensations that wait for a person, oldest first (a queryset; reads): failed,
+    of unknown outcome, decided absent, or awaiting an approval."""
+    return (
+        Compensation.objects.filter(subject_type=subject_type)
+        .filter(
+            Q(operation__state__in=[S.FAILED, S.OUTCOME_UNKNOWN, S.EFFECT_ABSENT])
+            | Q(
+                operation__state=S.PREPARED,
+                approval=CompensationApproval.OPERATOR,
+                decision__isnull=True,
+            )
+        )
+        .select_related("operation")
+        .order_by("operation__updated_at", "pk")
+    )

@@ -111,3 +111,29 @@ def test_a_get_on_a_compensation_action_goes_back_to_the_page(olga):
     response = logged_in(olga).get(url("instance_compensate", instance.pk))
     assert response.status_code == 302
     assert response["Location"] == url("instance_change", instance.pk)
+
+
+def test_the_work_queue_counts_compensations_waiting_in_my_tenants_only(olga, django_user_model):
+    from django.contrib.auth.models import Group
+    from django.urls import reverse
+
+    from govflow.engine.tenancy import tenant_group_name
+    from tests.integration.test_desk_queue import counts
+
+    effects.SCRIPT["alpha.undo"] = ["raise_after"]
+    drive(cancelled(olga, name="alpha.charge"))  # unknown outcome: a person's turn
+    south = drive(
+        start(
+            linear(action("a", "alpha.charge_checked", compensate_on=["cancel"]), WAIT),
+            tenant="south",
+        )
+    )
+    instance_cancel(instance_id=south.pk, actor=olga, reason="withdrawn")  # awaits approval
+    cancelled(olga)  # awaiting approval
+    north = make_user(django_user_model, "nina", *OPERATOR_PERMS)
+    north.groups.clear()  # the default tenant's only
+    north.groups.add(Group.objects.get_or_create(name=tenant_group_name("default"))[0])
+    home = logged_in(north).get(reverse("admin:index"))
+    assert counts(home)["compensations"] == 2  # not the south tenant's
+    text = home.content.decode()
+    assert "outcome unknown" in text and "awaiting approval" in text
