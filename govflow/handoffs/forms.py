@@ -104,6 +104,9 @@ class ApprovalForm(forms.Form):
 CHECK_PREFIX = "check_"
 RESULT_PREFIX = "result_"
 CONFIRMED = DecisionKind.EFFECT_CONFIRMED
+# What a decision on an uncertain step may say (a "compensate" decision approves running a
+# compensation: the instance page's Compensations section asks for it, not this form).
+STEP_DECISIONS = [c for c in DecisionKind.choices if c[0] != DecisionKind.COMPENSATE]
 CONFIRM_REQUIRED = "Required to record effect confirmed."
 
 
@@ -133,7 +136,7 @@ class HandoffRequestForm(forms.Form):
 
     kind = forms.ChoiceField(
         label="Decision",
-        choices=DecisionKind.choices,
+        choices=STEP_DECISIONS,
         widget=forms.RadioSelect,
         help_text="Effect confirmed and effect absent need evidence. A timeout, a restart or "
         "an empty local result is not evidence of absence. Effect confirmed also records "
@@ -164,9 +167,7 @@ class HandoffRequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["evidence"].help_text = evidence_help()
         if not allow_cancel:  # the instance is cancelled already: only what happened
-            self.fields["kind"].choices = [
-                c for c in DecisionKind.choices if c[0] != DecisionKind.CANCEL
-            ]
+            self.fields["kind"].choices = [c for c in STEP_DECISIONS if c[0] != DecisionKind.CANCEL]
         self.check_ids = []
         for check in checks:
             name = CHECK_PREFIX + check.id
