@@ -16,6 +16,12 @@ from .canonical import (
     input_guard,
 )
 from .chain import Verification, chain_verify, revision_require, subject_revision
+from .compensation_reads import (
+    CompensationView,
+    compensation_subjects_due,
+    compensations_of,
+    compensations_waiting,
+)
 from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined
 from .errors import (
     AnchorStoreError,
@@ -89,14 +95,10 @@ from .selectors import (
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
 from .services.compensations import (
-    CompensationView,
     DispatchRefused,
     compensation_approve,
     compensation_dispatch,
     compensation_record,
-    compensation_subjects_due,
-    compensations_of,
-    compensations_waiting,
 )
 from .services.decisions import (
     decision_approve,

@@ -23,7 +23,7 @@ from govflow.engine.provider import (
 )
 
 from . import store
-from .schemas import TEXT, object_schema
+from .schemas import REFUNDED, TEXT, object_schema
 
 REFUND_OF_FEE = Compensate(
     action="demo.refund_fee",
@@ -88,6 +88,7 @@ refund_fee = ActionDefinition(
             "currency": {"enum": ["EUR"]},
         }
     ),
+    output_schema=REFUNDED,
     preview=_preview,
     execute=_execute,
     reconcile=_reconcile,

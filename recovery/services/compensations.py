@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connection
-from django.db.models import Q
 from django.db.models.functions import Now
 
 from .. import chain
+from ..compensation_reads import CompensationView
+from ..compensation_reads import compensation_view as _view
 from ..compensations import Compensation
 from ..db import atomic
 from ..errors import CompensationDrift, CompensationRefused, DecisionError, OperationNotFound
@@ -35,13 +36,10 @@ from .leases import Fence
 from .operations import RecordedOperation, operation_dispatch, operation_record
 
 __all__ = [
-    "CompensationView",
     "DispatchRefused",
     "compensation_approve",
     "compensation_dispatch",
     "compensation_record",
-    "compensation_subjects_due",
-    "compensations_of",
 ]
 
 S = OperationState
@@ -59,40 +57,6 @@ _WHY_NOT = {
         "never compensated on a guess"
     ),
 }
-
-
-@dataclass(frozen=True)
-class CompensationView:
-    """One intent as its owner reads it: the compensation's state is its operation's."""
-
-    key: str
-    original_key: str
-    original_action: str
-    step_id: str
-    action: str
-    state: str
-    position: int
-    tenant: str
-    trigger: str
-    approval: str
-    input_fp: str
-    preview_fp: str
-    idempotency_fp: str
-    decision_id: int | None
-    bound_revision: int | None
-
-    @property
-    def approved(self) -> bool:
-        """Whether an approval is bound to it now (voided ones are not)."""
-        return self.decision_id is not None
-
-    @property
-    def awaiting_approval(self) -> bool:
-        return (
-            self.state == S.PREPARED
-            and self.approval == CompensationApproval.OPERATOR
-            and not self.approved
-        )
 
 
 @dataclass(frozen=True)
@@ -359,74 +323,3 @@ def _void(intent: Compensation, subject: Subject, drift: tuple[str, ...]) -> Dis
         + "check it again and approve it anew (two people), or investigate the change."
     )
     return DispatchRefused(drift=drift, message=message)
-
-
-def compensations_of(subject: Subject) -> list[CompensationView]:
-    """The compensation intents of ``subject``, in the order they run (highest position
-    first)."""
-    intents = (
-        Compensation.objects.filter(subject_type=subject.type, subject_id=subject.id)
-        .select_related("original", "operation")
-        .order_by("-position", "-pk")
-    )
-    return [_view(intent) for intent in intents]
-
-
-def _view(intent: Compensation) -> CompensationView:
-    operation = intent.operation
-    return CompensationView(
-        key=operation.key,
-        original_key=intent.original.key,
-        original_action=intent.original.action,
-        step_id=operation.step_id,
-        action=operation.action,
-        state=operation.state,
-        position=intent.position,
-        tenant=intent.tenant,
-        trigger=intent.trigger,
-        approval=intent.approval,
-        input_fp=operation.input_fp,
-        preview_fp=operation.preview_fp,
-        idempotency_fp=operation.idempotency_fp,
-        decision_id=intent.decision_id,
-        bound_revision=intent.bound_revision,
-    )
-
-
-def compensation_subjects_due(*, subject_type: str, limit: int = 500) -> list[str]:
-    """The ids of subjects with a compensation that a run must take up now (reads).
-
-    One dispatched and never answered (its holder died: a run records it unknown), or one
-    prepared that may run (automatic, or with its approval bound), unless the subject's
-    saga stopped at a failed or uncertain compensation (a person's turn). A subject's owner
-    queues them again when no live lease holds them (the engine's sweep).
-    """
-    mine = Compensation.objects.filter(subject_type=subject_type)
-    # A saga that stopped at a failed or uncertain compensation waits for a person.
-    halted = mine.filter(
-        operation__state__in=[S.FAILED, S.OUTCOME_UNKNOWN, S.EFFECT_ABSENT, S.PENDING]
-    ).values("subject_id")
-    due = mine.filter(
-        Q(operation__state=S.DISPATCHED)
-        | Q(operation__state=S.PREPARED)
-        & (Q(approval=CompensationApproval.AUTOMATIC) | Q(decision__isnull=False))
-    ).exclude(subject_id__in=halted)
-    return list(due.values_list("subject_id", flat=True).distinct()[:limit])
-
-
-def compensations_waiting(*, subject_type: str):
-    """Compensations that wait for a person, oldest first (a queryset; reads): failed,
-    of unknown outcome, decided absent, or awaiting an approval."""
-    return (
-        Compensation.objects.filter(subject_type=subject_type)
-        .filter(
-            Q(operation__state__in=[S.FAILED, S.OUTCOME_UNKNOWN, S.EFFECT_ABSENT])
-            | Q(
-                operation__state=S.PREPARED,
-                approval=CompensationApproval.OPERATOR,
-                decision__isnull=True,
-            )
-        )
-        .select_related("operation")
-        .order_by("operation__updated_at", "pk")
-    )
