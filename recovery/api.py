@@ -16,6 +16,12 @@ from .canonical import (
     input_guard,
 )
 from .chain import Verification, chain_verify, revision_require, subject_revision
+from .compensation_reads import (
+    CompensationView,
+    compensation_subjects_due,
+    compensations_of,
+    compensations_waiting,
+)
 from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined
 from .errors import (
     AnchorStoreError,
@@ -23,6 +29,8 @@ from .errors import (
     ChainBroken,
     ChainConflict,
     ChainKeyError,
+    CompensationDrift,
+    CompensationRefused,
     ConflictError,
     ContradictoryObservation,
     DecisionConflict,
@@ -88,6 +96,12 @@ from .selectors import (
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
+from .services.compensations import (
+    DispatchRefused,
+    compensation_approve,
+    compensation_dispatch,
+    compensation_record,
+)
 from .services.decisions import (
     decision_approve,
     decision_reject,
@@ -148,6 +162,8 @@ from .services.resolutions import (
 from .states import (
     TERMINAL,
     TRANSITIONS,
+    CompensationApproval,
+    CompensationTrigger,
     DecisionKind,
     DecisionState,
     IncidentStatus,
@@ -184,6 +200,11 @@ __all__ = [
     "ChainBroken",
     "ChainConflict",
     "ChainKeyError",
+    "CompensationApproval",
+    "CompensationDrift",
+    "CompensationRefused",
+    "CompensationTrigger",
+    "CompensationView",
     "ConflictError",
     "ContradictoryObservation",
     "DecisionConflict",
@@ -191,6 +212,7 @@ __all__ = [
     "DecisionKind",
     "DecisionState",
     "Dialect",
+    "DispatchRefused",
     "EffectOperation",
     "EmptyNonce",
     "EvidenceCorrupt",
@@ -240,6 +262,12 @@ __all__ = [
     "canonical_bytes",
     "chain_verify",
     "checkpoints_of",
+    "compensation_approve",
+    "compensation_dispatch",
+    "compensation_record",
+    "compensation_subjects_due",
+    "compensations_of",
+    "compensations_waiting",
     "decision_approve",
     "decision_awaiting_exists",
     "decision_evidence",

@@ -162,3 +162,26 @@ class ChainKeyError(RecoveryError):
 
 class AnchorStoreError(RecoveryError):
     """The anchor store cannot be read or written, or its own records do not verify."""
+
+
+class CompensationRefused(ConflictError):
+    """A compensation intent cannot be recorded for this operation; nothing was recorded.
+
+    ``reason`` is a stable word (``ineligible``, ``exists``) for callers that map it.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class CompensationDrift(ConflictError):
+    """What a compensation's approval was bound to moved before its dispatch.
+
+    Nothing was dispatched; the approval was voided and a new one is needed.
+    ``drift`` lists what moved (``revision``, ``input``, ``preview``, ``tenant``).
+    """
+
+    def __init__(self, message: str, *, drift: tuple[str, ...]) -> None:
+        self.drift = drift
+        super().__init__(message)

@@ -284,7 +284,7 @@ class Decision(models.Model):
             ),
             models.UniqueConstraint(
                 fields=["operation"],
-                condition=Q(state="approved") & ~Q(kind="cancel"),
+                condition=Q(state="approved") & ~Q(kind__in=["cancel", "compensate"]),
                 name="recovery_one_approved_effect_decision",
             ),
         ]
@@ -397,3 +397,23 @@ class Observation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.source}: {self.outcome} on {self.operation_id}"
+
+
+# The compensation intent lives in its own module (this one is full); imported here so
+# Django finds it with the app's models.
+from .compensations import Compensation  # noqa: E402
+
+__all__ = [
+    "AnchorMark",
+    "Checkpoint",
+    "Compensation",
+    "Decision",
+    "EvidenceFile",
+    "IncidentResolution",
+    "IntegrityIncident",
+    "Lease",
+    "Observation",
+    "ObservationKind",
+    "Operation",
+    "evidence_storage",
+]

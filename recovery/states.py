@@ -87,6 +87,22 @@ class DecisionKind(models.TextChoices):
     EFFECT_CONFIRMED = "effect_confirmed", _("Effect confirmed")
     EFFECT_ABSENT = "effect_absent", _("Effect absent")
     CANCEL = "cancel", _("Cancel")
+    COMPENSATE = "compensate", _("Run the compensation")
+
+
+class CompensationApproval(models.TextChoices):
+    """Whether a compensation runs by itself or after a second person approved it."""
+
+    AUTOMATIC = "automatic", _("Runs automatically")
+    OPERATOR = "operator", _("Needs an operator's approval (four eyes)")
+
+
+class CompensationTrigger(models.TextChoices):
+    """What made a compensation necessary. Persisted: never rename one."""
+
+    CANCEL = "cancel", _("The instance was cancelled")
+    FAILURE = "failure", _("A later step failed")
+    OPERATOR = "operator", _("An operator asked for it")
 
 
 class DecisionState(models.TextChoices):

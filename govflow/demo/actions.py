@@ -8,6 +8,7 @@ action                                    recovery mode       effect
 ``demo.record_decision_note``             atomic              a row in the engine's database
 ``demo.restore_parcel_snapshot``          snapshot_restore    registry, needs ``backup_ref``
 ``demo.issue_permit``                     irreversible        registry, needs ``approval_ref``
+``demo.refund_fee``                       non_atomic          refund (compensates the fee)
 ========================================  ==================  ===============================
 
 Providers import :mod:`govflow.engine.provider` only; the registry is :mod:`.store`.
@@ -30,6 +31,7 @@ from govflow.engine.provider import (
 )
 
 from . import schemas, store
+from .refunds import REFUND_OF_FEE, refund_fee
 from .schemas import NOTE_KINDS, TEXT, object_schema
 
 POLL_AFTER = 2.0
@@ -208,6 +210,7 @@ collect_fee = ActionDefinition(
     execute=_fee_execute,
     poll=_fee_poll,
     reconcile=_fee_reconcile,
+    compensate=REFUND_OF_FEE,
     checks=(
         VerificationCheck(
             "payment-search",
@@ -433,4 +436,5 @@ ALL = (
     record_decision_note,
     restore_parcel_snapshot,
     issue_permit,
+    refund_fee,
 )

@@ -75,3 +75,10 @@ ISSUED = object_schema(
         "issued_at": _text("Issued at", f"When the permit was issued. {WHEN}"),
     }
 )
+
+REFUNDED = object_schema(
+    {
+        "refund_reference": _text("Refund reference", "The provider's refund (REF-year-number)."),
+        "refunded_at": _text("Refunded at", f"When the fee was refunded. {WHEN}"),
+    }
+)

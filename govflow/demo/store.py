@@ -42,6 +42,15 @@ CREATE TABLE IF NOT EXISTS payments (
     requested_at TEXT NOT NULL,
     paid_at TEXT
 );
+CREATE TABLE IF NOT EXISTS refunds (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    refund_reference TEXT UNIQUE,
+    payment_reference TEXT NOT NULL,
+    application_id TEXT NOT NULL,
+    amount_cents INTEGER NOT NULL,
+    refunded_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS parcel_restorations (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     idempotency_key TEXT NOT NULL UNIQUE,
@@ -196,6 +205,23 @@ def payment_find(key: str) -> dict[str, Any] | None:
     return _one("payments", key)
 
 
+def refund_make(
+    *, key: str, payment_reference: str, application_id: str, amount_cents: int
+) -> dict[str, Any]:
+    """Refund a payment once per idempotency key (a repeat finds the first refund)."""
+    with _transaction() as conn:
+        conn.execute(
+            "INSERT OR IGNORE INTO refunds (idempotency_key, payment_reference, application_id, "
+            "amount_cents, refunded_at) VALUES (?, ?, ?, ?, ?)",
+            (key, payment_reference, application_id, amount_cents, _now()),
+        )
+        return _numbered(conn, "refunds", "refund_reference", "REF", key)
+
+
+def refund_find(key: str) -> dict[str, Any] | None:
+    return _one("refunds", key)
+
+
 # -- parcels and permits ---------------------------------------------------------------
 
 
@@ -255,14 +281,14 @@ def records_for(application_id: str) -> dict[str, list[dict[str, Any]]]:
                     (application_id,),
                 )
             ]
-            for table in ("applications", "payments", "permits")
+            for table in ("applications", "payments", "refunds", "permits")
         }
     finally:
         conn.close()
 
 
 def count(table: str) -> int:
-    if table not in {"applications", "payments", "parcel_restorations", "permits"}:
+    if table not in {"applications", "payments", "refunds", "parcel_restorations", "permits"}:
         raise ValueError(f"no registry table {table!r}")
     conn = _connect()
     try:

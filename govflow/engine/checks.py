@@ -134,3 +134,20 @@ def check_settings(app_configs, **kwargs):
             )
         )
     return found
+
+
+@checks.register()
+def check_compensations(app_configs, **kwargs):
+    """Every declared compensating action is registered, and non-atomic."""
+    from .registry import compensation_problem, registry
+
+    return [
+        checks.Error(
+            f"Action {action.name!r}: {compensation_problem(action, registry.get)}.",
+            hint="Register the compensating action in its provider's AppConfig.ready(), or "
+            "declare another (docs/compensation.md).",
+            id="engine.E005",
+        )
+        for action in registry.all()
+        if action.compensate is not None and compensation_problem(action, registry.get)
+    ]

@@ -352,3 +352,7 @@ class ContractMigration(models.Model):
 
     def __str__(self) -> str:
         return f"Migration of {self.action} on instance {self.instance_id} ({self.state})"
+
+
+# Kept inputs and outputs of compensable steps (its own module: this one is full).
+from .compensable import CompensableEffect  # noqa: E402, F401

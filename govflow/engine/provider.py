@@ -20,6 +20,7 @@ nothing else of the engine needs importing.
 from .errors import EngineConflict, EngineError, IntegrityStop, InvalidRequest
 from .registry import (
     ActionDefinition,
+    Compensate,
     RegistryError,
     RegistryFrozen,
     VerificationCheck,
@@ -32,6 +33,7 @@ register = registry.register
 __all__ = [
     "ActionContext",
     "ActionDefinition",
+    "Compensate",
     "EngineConflict",
     "EngineError",
     "Failed",

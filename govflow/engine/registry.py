@@ -26,6 +26,7 @@ from .results import ActionContext, Result
 __all__ = [
     "ActionDefinition",
     "ActionRegistry",
+    "Compensate",
     "RegistryError",
     "RegistryFrozen",
     "VerificationCheck",
@@ -57,6 +58,26 @@ class VerificationCheck:
     id: str
     instruction: str
     automatic: Callable[[ActionContext], str] | None = None
+
+
+COMPENSATION_APPROVALS = ("automatic", "operator")
+SOURCE = re.compile(r"^(input|output)(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+@dataclass(frozen=True)
+class Compensate:
+    """How to undo a succeeded effect of an action: another registered action.
+
+    ``input`` maps each input field of the compensating ``action`` to a dotted path into
+    the original's ``input`` or ``output`` (``"output.payment_reference"``), or to
+    ``{"value": literal}``. ``approval`` is ``"automatic"`` (it runs as soon as the
+    definition's trigger asks) or ``"operator"`` (one person requests it, another
+    approves it). The compensating action must be ``non_atomic`` (docs/compensation.md).
+    """
+
+    action: str
+    input: Mapping[str, Any]
+    approval: str = "automatic"
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,8 @@ class ActionDefinition:
     """How many times the engine asks ``reconcile`` (and the automatic checks) by itself."""
     reconcile_backoff: float = 5.0
     """Seconds before the second ask; each later ask waits twice as long."""
+    compensate: Compensate | None = None
+    """The action that undoes a succeeded effect of this one, if any (docs/compensation.md)."""
     module: str = field(default="", compare=False)
 
     @property
@@ -149,6 +172,60 @@ def validate_action(action: ActionDefinition) -> None:
     if not 0 < float(action.retry_backoff) <= 3600:
         raise RegistryError(f"{where}: retry_backoff must be in (0, 3600] seconds.")
     _validate_reconcile(action, where)
+    _validate_compensate(action, where)
+
+
+def _validate_compensate(action: ActionDefinition, where: str) -> None:
+    """The declaration's own shape; whether its action is registered (and non-atomic) is
+    checked by ``manage.py check`` and when a definition naming it is parsed."""
+    spec = action.compensate
+    if spec is None:
+        return
+    if not isinstance(spec, Compensate):
+        raise RegistryError(f"{where}: compensate must be a Compensate(action=..., input=...).")
+    if not isinstance(spec.action, str) or not NAME.match(spec.action):
+        raise RegistryError(
+            f"{where}: compensate.action {spec.action!r} must name another action, "
+            "e.g. 'permits.refund_fee'."
+        )
+    if spec.action == action.name:
+        raise RegistryError(f"{where}: an action cannot compensate itself.")
+    if spec.approval not in COMPENSATION_APPROVALS:
+        raise RegistryError(
+            f"{where}: compensate.approval must be 'automatic' or 'operator', "
+            f"not {spec.approval!r}."
+        )
+    if not isinstance(spec.input, Mapping) or not spec.input:
+        raise RegistryError(
+            f"{where}: compensate.input maps the compensating action's input fields to "
+            "'input.<field>' or 'output.<field>' of the original (or {'value': literal})."
+        )
+    for name, source in spec.input.items():
+        literal = isinstance(source, Mapping) and set(source) == {"value"}
+        if not literal and not (isinstance(source, str) and SOURCE.match(source)):
+            raise RegistryError(
+                f"{where}: compensate.input {name!r} must be 'input.<field>' or "
+                f"'output.<field>' of the original, or {{'value': literal}}; not {source!r}."
+            )
+
+
+def compensation_problem(action: ActionDefinition, lookup) -> str:
+    """Why ``action``'s compensation cannot run with the actions ``lookup`` finds, or ""."""
+    spec = action.compensate
+    if spec is None:
+        return f"action {action.name!r} declares no compensating action (compensate=...)"
+    target = lookup(spec.action)
+    if target is None:
+        return (
+            f"action {action.name!r} is compensated by {spec.action!r}, which no installed "
+            "provider registers"
+        )
+    if target.recovery_mode != RecoveryMode.NON_ATOMIC:
+        return (
+            f"action {action.name!r} is compensated by {spec.action!r}, which is "
+            f"{target.recovery_mode}; a compensating action must be non_atomic"
+        )
+    return ""
 
 
 def _validate_checks(action: ActionDefinition, where: str) -> None:

@@ -157,6 +157,9 @@ class ApprovalForm(forms.Form):
 CHECK_PREFIX = "check_"
 RESULT_PREFIX = "result_"
 CONFIRMED = DecisionKind.EFFECT_CONFIRMED
+# What a decision on an uncertain step may say (a "compensate" decision approves running a
+# compensation: the instance page's Compensations section asks for it, not this form).
+STEP_DECISIONS = [c for c in DecisionKind.choices if c[0] != DecisionKind.COMPENSATE]
 CONFIRM_REQUIRED = _("Required to record effect confirmed.")
 
 
@@ -186,7 +189,7 @@ class HandoffRequestForm(forms.Form):
 
     kind = forms.ChoiceField(
         label=_("Decision"),
-        choices=DecisionKind.choices,
+        choices=STEP_DECISIONS,
         widget=forms.RadioSelect,
         help_text=_(
             "Effect confirmed and effect absent need evidence. A timeout, a restart or "
@@ -219,9 +222,7 @@ class HandoffRequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["evidence"].help_text = evidence_help()
         if not allow_cancel:  # the instance is cancelled already: only what happened
-            self.fields["kind"].choices = [
-                c for c in DecisionKind.choices if c[0] != DecisionKind.CANCEL
-            ]
+            self.fields["kind"].choices = [c for c in STEP_DECISIONS if c[0] != DecisionKind.CANCEL]
         self.check_ids = []
         for check in checks:
             name = CHECK_PREFIX + check.id

@@ -25,6 +25,7 @@ from govflow.engine.states import InstanceStatus, TokenState, WaitKind
 from govflow.engine.tenancy import instances_of, scope
 from recovery.api import (
     DecisionKind,
+    compensations_waiting,
     decisions_requested,
     incidents_open,
     leases_stale,
@@ -104,6 +105,7 @@ class Queue:
             self.batches_to_approve(),
             self.my_requests(),
             self.approvals(),
+            self.compensations(),
             self.integrity_incidents(),
             self.engine_incidents(),
             self.stuck_instances(),
@@ -191,6 +193,21 @@ class Queue:
             return section
         decisions = self._decisions().filter(requested_by=self.user)
         return self.fill(section, decisions, self._decision_row)
+
+    def compensations(self) -> Section:
+        """Compensations of ended instances that wait for a person (saga handoffs)."""
+        section = Section(
+            "compensations",
+            _("Compensations waiting for a person"),
+            _("Undoing an effect failed, has an unknown outcome, or needs two people."),
+            by_action=True,
+        )
+        waiting = compensations_waiting(subject_type=SUBJECT_TYPE).filter(
+            subject_id__in=self.subject_ids()
+        )
+        if self.filters.action:
+            waiting = waiting.filter(operation__action=self.filters.action)
+        return self.fill(section, self.older(waiting, "operation__updated_at"), _compensation_row)
 
     def approvals(self) -> Section:
         """Human tasks waiting for a decision the user holds the node's permission for."""
@@ -368,3 +385,19 @@ class Queue:
             instance_url(instance.pk),
             task.ended_at,
         )
+
+
+def _compensation_row(intent) -> Row:
+    operation = intent.operation
+    state = (
+        _("awaiting approval")
+        if operation.state == "prepared"
+        else operation.get_state_display().lower()
+    )
+    return Row(
+        _("Instance %(id)s") % {"id": intent.subject_id},
+        _("undo '%(step)s' by %(action)s: %(state)s")
+        % {"step": operation.step_id, "action": operation.action, "state": state},
+        instance_url(intent.subject_id) + "#compensations-heading",
+        operation.updated_at,
+    )

@@ -22,6 +22,7 @@ from ..models import Decision, EvidenceFile, Operation, evidence_storage
 from ..states import DecisionKind, DecisionState, OperationState
 from ..subjects import Subject
 from ._ledger import load_row, opening_incidents, transition, verified_head
+from .compensations import compensation_bind
 
 __all__ = ["decision_approve", "decision_reject", "decision_request", "decision_withdraw"]
 
@@ -33,7 +34,11 @@ DECIDABLE = {
     K.EFFECT_ABSENT: ({S.OUTCOME_UNKNOWN}, S.EFFECT_ABSENT),
     # A cancel records that the work is abandoned; the effect stays unknown in the ledger.
     K.CANCEL: ({S.OUTCOME_UNKNOWN, S.PENDING}, None),
+    # Approves a compensation to cross its dispatch boundary; the operation stays prepared
+    # until the dispatch (recovery.services.compensations), bound to what was approved.
+    K.COMPENSATE: ({S.PREPARED}, None),
 }
+NO_EVIDENCE = frozenset({K.CANCEL, K.COMPENSATE})
 
 
 def _require_perm(user, perm: str, doing: str) -> None:
@@ -82,7 +87,7 @@ def decision_request(
         raise DecisionError(
             "A decision needs a rationale: say what was checked and what it showed."
         )
-    if kind != K.CANCEL and not evidence:
+    if kind not in NO_EVIDENCE and not evidence:
         raise DecisionError(
             f"'{K(kind).label}' needs at least one evidence file (for example the provider's "
             "record, a registry extract or a confirmation e-mail). A timeout, a restart or an "
@@ -214,6 +219,8 @@ def decision_approve(*, decision_id: int, approved_by, result_fp: str | None = N
                 )
             if target is None:
                 head = chain.read_head(cursor, subject)
+                if decision.kind == K.COMPENSATE:
+                    extra.update(compensation_bind(cursor, decision, head.seq + 1))
                 fact = {"operation": operation.key, **extra}
                 chain.append(cursor, subject, head, "decision.approved", fact)
             else:

@@ -33,7 +33,7 @@ __all__ = ["INCIDENT_TRAIL", "fact_append", "facts_read", "incident_fact_append"
 
 # Namespaced like "engine.contract_migrated"; the ledger's own namespaces are reserved.
 KIND = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_.]*$")
-RESERVED = ("operation.", "decision.", "incident.")
+RESERVED = ("operation.", "decision.", "incident.", "compensation.")
 INCIDENT_TRAIL = "recovery.incident"
 
 
@@ -96,9 +96,10 @@ def facts_read(*, subject: Subject, kind: str) -> list[dict[str, Any]]:
     """The facts of ``kind`` on ``subject``'s chain, oldest first.
 
     A read of the stored rows: it does not verify the chain. A caller that acts on them
-    verifies the chain first (:func:`~recovery.chain.chain_verify`).
+    verifies the chain first (:func:`~recovery.chain.chain_verify`). The ledger's own
+    kinds may be read too (only writing them is reserved).
     """
-    _check_kind(kind)
+    _check_kind(kind, own=True)
     rows = Checkpoint.objects.filter(
         subject_type=subject.type, subject_id=subject.id, kind=kind
     ).order_by("seq")

@@ -133,8 +133,10 @@ def test_demo_workflows_publish_and_validate_against_the_registry(published):
     for path in WORKFLOWS.glob("*.json"):
         spec = parse_definition(json.loads(path.read_text()), registry=registry)
         assert spec.actions() <= {a.name for a in actions.ALL}
-    # v3: the permit declares case fields (v2: the demo actions declared output schemas).
-    assert published["demo.building_permit"].version == 3
+    # v2: the demo actions declare output schemas, a change of their pinned contracts;
+    # v3: the permit declares case fields; v4: cancelling after the fee was collected
+    # refunds it (compensate_on).
+    assert published["demo.building_permit"].version == 4
     # Publishing again is a no-op: same bytes, same row.
     again = definitions_load_app_workflows()
     assert {d.pk for d in again} >= {d.pk for d in published.values()}

@@ -82,7 +82,7 @@ INCIDENT_PARAM = {  # incident_id names an engine incident on the instance page
 }
 POST_ONLY = re.compile(
     r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request"
-    r"|preview|submit|confirm)$"
+    r"|preview|submit|confirm|compensate)$"
 )
 
 
@@ -241,6 +241,8 @@ def url_for(name: str | None, route: str, ids: dict) -> str:
         elif param in ("object_id", "id"):
             target = TENANT_MODELS.get(found[0]) or GLOBAL_MODELS.get(found[0])
             kwargs[param] = quote(str(ids.get(target, 1))) if target else "1"
+        elif param == "key":  # a compensation's operation key (none: the page is refused)
+            kwargs[param] = "cmp-" + "0" * 64
         elif param == "incident_id":
             recovery = found[0].startswith("recovery")
             default = "integrityincident" if recovery else "incident"

@@ -24,6 +24,7 @@ FLOORS = [
     ("govflow.engine.services.routing", "moving tokens along transitions (plans writes)"),
     ("govflow.engine.services.triggers", "messages: delivered, buffered, taken"),
     ("govflow.engine.services.timers", "firing due timers"),
+    ("govflow.engine.services.saga_requeue", "ended instances whose compensations must run"),
     ("govflow.engine.services.sweep", "the sweeper"),
     ("govflow.engine.services.writes", "a run's routed rows and instance row"),
     ("govflow.engine.services.run", "the Run, its commit, seal and lease release"),
@@ -34,6 +35,7 @@ FLOORS = [
     ("govflow.engine.services.rehydration", "what a previous holder left executing"),
     ("govflow.engine.services.reconcile", "the reconciliation ladder: the provider asked"),
     ("govflow.engine.services.steps", "one step, returning the next move"),
+    ("govflow.engine.services.saga", "compensations: planned once, run in reverse"),
     ("govflow.engine.services.runtime", "the loop and the protocol"),
 ]
 CORE = [name for name, _ in FLOORS]

@@ -29,11 +29,15 @@ MAX_TRANSITIONS = 4000
 MAX_TASK_RETRIES = 100
 DEFAULT_TASK_RETRIES = 3
 
+# When a compensation runs (an action node's "compensate_on"): any of the first two, or
+# only by an operator.
+COMPENSATE_ON = ("cancel", "failure", "operator")
+
 # Node type → (required fields, optional fields), besides "id", "type" and "title".
 NODE_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "start": (set(), set()),
     "end": (set(), set()),
-    "action": ({"action"}, {"input", "output", "backup_ref", "approval_ref"}),
+    "action": ({"action"}, {"input", "output", "backup_ref", "approval_ref", "compensate_on"}),
     "external": ({"topic"}, {"input", "output"}),
     "external_task": ({"topic"}, {"input", "output", "output_schema", "retries"}),
     "timer": (set(), {"duration", "at"}),

@@ -8,8 +8,9 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from ..registry import ActionRegistry
+from ..registry import ActionRegistry, compensation_problem
 from .limits import (
+    COMPENSATE_ON,
     MAX_TASK_RETRIES,
     MAX_TIMER,
     NODE_FIELDS,
@@ -89,6 +90,8 @@ def _check_action(where: str, node: dict, problems: Problems, registry) -> None:
             f"{where}: 'action' must be the name of a registered action, such as "
             "'permits.register_application'."
         )
+    if "compensate_on" in node:
+        _check_compensate_on(where, node["compensate_on"], problems)
     if not isinstance(name, str) or registry is None:
         return
     action = registry.get(name)
@@ -103,6 +106,26 @@ def _check_action(where: str, node: dict, problems: Problems, registry) -> None:
         problems.append(
             f"{where}: action {action.name!r} is {action.recovery_mode} and "
             f"needs a pinned '{action.gated_by}' on the node."
+        )
+    if action is not None and "compensate_on" in node:
+        problem = compensation_problem(action, registry.get)
+        if problem:
+            problems.append(f"{where}: 'compensate_on' is set, but {problem}.")
+
+
+def _check_compensate_on(where: str, value: Any, problems: Problems) -> None:
+    """``compensate_on``: a list of "cancel" and/or "failure", or ["operator"] alone."""
+    if (
+        not isinstance(value, list)
+        or not value
+        or len(set(map(str, value))) != len(value)
+        or any(item not in COMPENSATE_ON for item in value)
+        or ("operator" in value and len(value) > 1)
+    ):
+        problems.append(
+            f'{where}: \'compensate_on\' must be a list of "cancel" and/or "failure" (when '
+            'the compensation runs by itself), or ["operator"] (only an operator starts it); '
+            f"not {value!r}."
         )
 
 

@@ -40,6 +40,7 @@ from .definitions import spec_of, start_refusal
 from .rehydration import rehydrate
 from .routing import Router
 from .run import Run, instance_lease_key, load_run
+from .saga import saga_plan_on_cancel
 
 __all__ = [
     "InstanceHeld",
@@ -237,6 +238,8 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
                 state__in=[TaskState.OPEN, TaskState.LOCKED, TaskState.DEAD],
             ).update(state=TaskState.CANCELLED, ended_at=clock())
             run.flush(Router(run), status=InstanceStatus.CANCELLED, reason=note[:4000])
+            # Compensations on cancel are recorded with the cancel, never inferred later.
+            saga_plan_on_cancel(run)
     return Instance.objects.get(pk=instance_id)
 
 

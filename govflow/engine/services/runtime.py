@@ -76,6 +76,7 @@ from .run import (
     instance_lease_key,
     load_run,
 )
+from .saga import saga_enqueue_if_due, saga_run
 from .steps import run_chained, run_token
 
 __all__ = ["RunReport", "instance_run"]
@@ -117,7 +118,10 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             report.skipped = "no such instance"
             return report
         report.status = run.instance.status
-        if run.instance.status in TERMINAL_STATUSES or _refused_at_load(run):
+        if run.instance.status in TERMINAL_STATUSES:
+            report.steps += saga_run(run)  # an ended instance's compensations (saga)
+            return report
+        if _refused_at_load(run):
             report.status = run.instance.status
             return report
         unblock_after_integrity(run)
@@ -141,6 +145,8 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
         )
     finally:
         _lease_release_and_requeue(run, fence, report, check=looped and not report.stale)
+    if looped and not report.stale:
+        saga_enqueue_if_due(run)  # it failed: its compensations run in a run of their own
     return report
 
 

@@ -23,6 +23,7 @@ from recovery.api import (
     operation_observe,
 )
 
+from ..compensable import compensable_keep
 from ..db import clock
 from ..errors import EngineConflict
 from ..limits import payload_max_bytes
@@ -213,8 +214,10 @@ def complete_with_output(
     mapping into the variables, the step completed, the next steps routed.
 
     The one way a step's result becomes variables, whether a provider returned it
-    (:func:`succeed`) or an operator confirmed it (``handoffs.services.desk``).
+    (:func:`succeed`) or an operator confirmed it (``handoffs.services.desk``). A
+    compensable action's input and output are kept first (``compensable``).
     """
+    compensable_keep(run, token, node, output, key=(extra or {}).get("operation_key"))
     apply_output(run.variables, token.node_id, node.get("output"), output)
     run.update_token(token, expected, state=TokenState.COMPLETED, reason=reason, **(extra or {}))
     run.active.pop(token.pk, None)

@@ -55,6 +55,7 @@ from ..models import (
     WaitKind,
 )
 from ..queue import enqueue_many, enqueue_sweep
+from .saga_requeue import saga_requeue_candidates
 from .timers import fired_queue, timers_fire_only
 from .triggers import delivery_consume
 
@@ -123,7 +124,8 @@ def _requeue_candidates(limit: int) -> list[int]:
         )
         .values_list("pk", flat=True)[:limit]
     )
-    return list(query)
+    # Ended instances whose recorded compensations a run must take up (saga_requeue).
+    return list(query) + saga_requeue_candidates(now=now, stale_after=stale_after, limit=limit)
 
 
 def deliveries_retry(limit: int = 200) -> int:

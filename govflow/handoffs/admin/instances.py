@@ -33,6 +33,7 @@ from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationEr
 
 from ..forms import DefinitionPickForm, InstanceStartForm
 from ..words import case_column, case_labels
+from .compensation_views import CompensationActions, compensation_context
 from .detail import TRAIL, detail_context
 from .migration_views import MigrationActions
 from .step_views import StepActions
@@ -41,7 +42,7 @@ START = "engine.start_instance"
 
 
 @admin.register(Instance)
-class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
+class InstanceAdmin(StepActions, MigrationActions, CompensationActions, ReadOnlyAdmin):
     list_display = (
         "case_title",
         "definition_title",
@@ -99,7 +100,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
         def url(route: str, view: Callable, name: str):
             return path(route, self.admin_site.admin_view(view), name=f"engine_instance_{name}")
 
-        actions = (*StepActions.URLS, *MigrationActions.URLS)
+        actions = (*StepActions.URLS, *MigrationActions.URLS, *CompensationActions.URLS)
         return [
             url("start/", self.start_view, "start"),
             url("<path:object_id>/trail/", self.trail_view, "trail"),
@@ -134,6 +135,7 @@ class InstanceAdmin(StepActions, MigrationActions, ReadOnlyAdmin):
             "title": str(instance),
             "object": instance,
             **detail_context(request, instance, bound),
+            **compensation_context(request, instance, bound),
         }
         return TemplateResponse(request, "admin/engine/instance/detail.html", context)
 

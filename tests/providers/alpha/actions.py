@@ -6,6 +6,7 @@ import dataclasses
 
 from govflow.engine.provider import (
     ActionDefinition,
+    Compensate,
     Failed,
     Pending,
     Succeeded,
@@ -121,4 +122,23 @@ write_settled = dataclasses.replace(
     title="Write to the alpha store (its reconcile settles an uncertain step)",
     reconcile_settles=True,
 )
-ALL = (write, note, restore, publish, write_settled)
+# Compensation (the saga): alpha.charge is undone by alpha.undo, automatically;
+# alpha.charge_checked only after an operator's request and a second person's approval.
+undo = dataclasses.replace(write, name="alpha.undo", title="Undo a write in the alpha store")
+charge = dataclasses.replace(
+    write,
+    name="alpha.charge",
+    title="Charge in the alpha store (compensated by alpha.undo)",
+    compensate=Compensate(
+        action="alpha.undo", input={"value": "output.stored", "charged": "input.value"}
+    ),
+)
+charge_checked = dataclasses.replace(
+    charge,
+    name="alpha.charge_checked",
+    title="Charge in the alpha store (its undo needs two people)",
+    compensate=Compensate(
+        action="alpha.undo", input={"value": "output.stored"}, approval="operator"
+    ),
+)
+ALL = (write, note, restore, publish, write_settled, undo, charge, charge_checked)
