@@ -7,10 +7,6 @@ narrowed to the user's tenants (:mod:`.tenants`) and the page's filters.
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field
-from typing import Any
-
 from django.db.models import CharField, Count, Q, QuerySet, Value
 from django.db.models.functions import Cast, Concat
 from django.urls import reverse
@@ -18,13 +14,12 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from govflow.engine.external_tasks import ExternalTask, TaskState
-from govflow.engine.models import Definition, Incident, Instance, Token
+from govflow.engine.models import Definition, Incident, Token
 from govflow.engine.projection import SUBJECT_TYPE
 from govflow.engine.services.definitions import trusted_spec
 from govflow.engine.states import InstanceStatus, TokenState, WaitKind
 from govflow.engine.tenancy import instances_of, scope
 from recovery.api import (
-    DecisionKind,
     compensations_waiting,
     decisions_requested,
     incidents_open,
@@ -32,48 +27,14 @@ from recovery.api import (
     operation_keys_of_action,
 )
 
+from . import queue_rows as rows
+from .queue_rows import Filters, Section
+
 LIMIT = 10
 """Rows listed per section; the count says how many there are."""
 
 APPROVE_DECISION = "recovery.approve_decision"
 REQUEST_DECISION = "recovery.request_decision"
-
-
-@dataclass(frozen=True)
-class Filters:
-    """The page's filters, already validated (empty: not filtered)."""
-
-    tenant: str = ""
-    definition: str = ""
-    action: str = ""
-    older_than: dt.timedelta | None = None
-
-
-@dataclass
-class Row:
-    label: str
-    detail: str
-    url: str
-    since: dt.datetime | None
-
-    @property
-    def age(self) -> dt.timedelta | None:
-        return None if self.since is None else timezone.now() - self.since
-
-
-@dataclass
-class Section:
-    key: str
-    title: Any
-    help: Any
-    count: int = 0
-    rows: list[Row] = field(default_factory=list)
-    url: str = ""
-    by_action: bool = False
-
-
-def instance_url(instance_id: int | str) -> str:
-    return reverse("admin:engine_instance_change", args=[instance_id])
 
 
 class Queue:
@@ -135,7 +96,7 @@ class Queue:
             url=reverse("admin:engine_token_changelist") + "?state__exact=outcome_unknown",
             by_action=True,
         )
-        return self.fill(section, tokens.order_by("updated_at", "pk"), self._token_row)
+        return self.fill(section, tokens.order_by("updated_at", "pk"), rows.token_row)
 
     def _decisions(self) -> QuerySet:
         decisions = decisions_requested().filter(
@@ -155,7 +116,7 @@ class Queue:
         if not self.user.has_perm(APPROVE_DECISION):
             return section
         decisions = self._decisions().exclude(requested_by=self.user)
-        return self.fill(section, decisions, self._decision_row)
+        return self.fill(section, decisions, rows.decision_row)
 
     def batches_to_approve(self) -> Section:
         """Batches of decisions (bulk triage) another person asked me to approve whole."""
@@ -180,7 +141,7 @@ class Queue:
             batches = batches.filter(action=self.filters.action)
         batches = scope(self.older(batches, "requested_at"), self.user)
         batches = batches.select_related("requested_by").annotate(n=Count("items"))
-        return self.fill(section, batches.order_by("requested_at", "pk"), self._batch_row)
+        return self.fill(section, batches.order_by("requested_at", "pk"), rows.batch_row)
 
     def my_requests(self) -> Section:
         section = Section(
@@ -192,7 +153,7 @@ class Queue:
         if not self.user.has_perm(REQUEST_DECISION):
             return section
         decisions = self._decisions().filter(requested_by=self.user)
-        return self.fill(section, decisions, self._decision_row)
+        return self.fill(section, decisions, rows.decision_row)
 
     def compensations(self) -> Section:
         """Compensations of ended instances that wait for a person (saga handoffs)."""
@@ -207,7 +168,9 @@ class Queue:
         )
         if self.filters.action:
             waiting = waiting.filter(operation__action=self.filters.action)
-        return self.fill(section, self.older(waiting, "operation__updated_at"), _compensation_row)
+        return self.fill(
+            section, self.older(waiting, "operation__updated_at"), rows.compensation_row
+        )
 
     def approvals(self) -> Section:
         """Human tasks waiting for a decision the user holds the node's permission for."""
@@ -233,7 +196,7 @@ class Queue:
             if permission and self.user.has_perm(permission):
                 allowed |= Q(instance__definition_id=definition_id, node_id=node_id)
         tokens = waiting.filter(allowed).select_related("instance__definition")
-        return self.fill(section, tokens.order_by("updated_at", "pk"), self._token_row)
+        return self.fill(section, tokens.order_by("updated_at", "pk"), rows.token_row)
 
     def integrity_incidents(self) -> Section:
         incidents = incidents_open().filter(
@@ -245,7 +208,7 @@ class Queue:
             _("A broken chain or contradictory fact: no success is recorded until resolved."),
             url=reverse("admin:recovery_integrityincident_changelist") + "?status__exact=open",
         )
-        return self.fill(section, self.older(incidents, "detected_at"), self._integrity_row)
+        return self.fill(section, self.older(incidents, "detected_at"), rows.integrity_row)
 
     def engine_incidents(self) -> Section:
         incidents = Incident.objects.filter(
@@ -258,7 +221,7 @@ class Queue:
             url=reverse("admin:engine_incident_changelist"),
         )
         incidents = self.older(incidents, "created_at").order_by("created_at", "pk")
-        return self.fill(section, incidents, self._incident_row)
+        return self.fill(section, incidents, rows.incident_row)
 
     def stuck_instances(self) -> Section:
         stuck = self.instances.filter(
@@ -271,7 +234,7 @@ class Queue:
             url=reverse("admin:engine_instance_changelist") + "?status__in=blocked,failed",
         )
         stuck = self.older(stuck, "updated_at").order_by("updated_at", "pk")
-        return self.fill(section, stuck, self._instance_row)
+        return self.fill(section, stuck, rows.instance_row)
 
     def stale_leases(self) -> Section:
         # The lease of instance N is "instance:N" (the engine's lease key).
@@ -284,7 +247,7 @@ class Queue:
             _("Stale leases"),
             _("Held by a worker that stopped before it expired; the sweep takes them over."),
         )
-        return self.fill(section, self.older(leases, "expires_at"), self._lease_row)
+        return self.fill(section, self.older(leases, "expires_at"), rows.lease_row)
 
     def dead_tasks(self) -> Section:
         tasks = ExternalTask.objects.filter(
@@ -296,108 +259,4 @@ class Queue:
             _("External tasks dead-lettered: retry the step or cancel the instance."),
         )
         tasks = self.older(tasks, "ended_at").order_by("ended_at", "pk")
-        return self.fill(section, tasks, self._task_row)
-
-    # -- rows ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _token_row(token: Token) -> Row:
-        instance = token.instance
-        return Row(
-            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
-            f"{token.node_id} · {instance.tenant}",
-            instance_url(instance.pk),
-            token.updated_at,
-        )
-
-    @staticmethod
-    def _decision_row(decision) -> Row:
-        operation = decision.operation
-        return Row(
-            f"{decision.get_kind_display()} — {operation.action}",
-            _("step %(step)s, asked by %(who)s")
-            % {"step": operation.step_id, "who": decision.requested_by},
-            instance_url(operation.subject_id),
-            decision.requested_at,
-        )
-
-    @staticmethod
-    def _batch_row(batch) -> Row:
-        return Row(
-            _("Batch %(id)s: %(kind)s on %(n)s step(s) of %(action)s")
-            % {
-                "id": batch.pk,
-                "n": batch.n,
-                "kind": DecisionKind(batch.kind).label,
-                "action": batch.action,
-            },
-            _("tenant %(tenant)s, asked by %(who)s")
-            % {"tenant": batch.tenant, "who": batch.requested_by},
-            reverse("admin:handoffs_decisionbatch_change", args=[batch.pk]),
-            batch.requested_at,
-        )
-
-    @staticmethod
-    def _integrity_row(incident) -> Row:
-        return Row(
-            _("Instance %(id)s") % {"id": incident.subject_id},
-            incident.reason[:120],
-            reverse("admin:recovery_integrityincident_change", args=[incident.pk]),
-            incident.detected_at,
-        )
-
-    @staticmethod
-    def _incident_row(incident: Incident) -> Row:
-        instance = incident.instance
-        return Row(
-            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
-            f"{incident.kind}: {incident.message[:120]}",
-            instance_url(instance.pk),
-            incident.created_at,
-        )
-
-    @staticmethod
-    def _instance_row(instance: Instance) -> Row:
-        return Row(
-            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
-            f"{instance.get_status_display()} · {instance.tenant} · {instance.reason[:100]}",
-            instance_url(instance.pk),
-            instance.updated_at,
-        )
-
-    @staticmethod
-    def _lease_row(lease) -> Row:
-        instance_id = lease.key.removeprefix("instance:")
-        return Row(
-            _("Instance %(id)s") % {"id": instance_id},
-            _("held by %(holder)s, fence %(fence)s")
-            % {"holder": lease.holder, "fence": lease.fence},
-            instance_url(instance_id),
-            lease.expires_at,
-        )
-
-    @staticmethod
-    def _task_row(task: ExternalTask) -> Row:
-        instance = task.instance
-        return Row(
-            f"{instance.definition.title or instance.definition.key} #{instance.pk}",
-            f"{task.topic}: {task.last_error[:100]}",
-            instance_url(instance.pk),
-            task.ended_at,
-        )
-
-
-def _compensation_row(intent) -> Row:
-    operation = intent.operation
-    state = (
-        _("awaiting approval")
-        if operation.state == "prepared"
-        else operation.get_state_display().lower()
-    )
-    return Row(
-        _("Instance %(id)s") % {"id": intent.subject_id},
-        _("undo '%(step)s' by %(action)s: %(state)s")
-        % {"step": operation.step_id, "action": operation.action, "state": state},
-        instance_url(intent.subject_id) + "#compensations-heading",
-        operation.updated_at,
-    )
+        return self.fill(section, tasks, rows.task_row)
