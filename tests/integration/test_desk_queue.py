@@ -159,7 +159,7 @@ def test_the_home_reads_a_bounded_number_of_queries(people, django_assert_max_nu
     make_rows("south", n, requester=people["sam"])
     client = logged_in(people["anna"])
     client.get(HOME)  # warm the session and permission caches
-    # Twelve sections (a count and its oldest rows each), the session, the user and the
+    # Every section (a count and its oldest rows), the session, the user and the
     # filters' choices: the same number for 2 rows a section as for 60.
     with django_assert_max_num_queries(32):
         response = client.get(HOME, {"tenant": "north", "age": "1h"})
