@@ -116,10 +116,13 @@ from .services.leases import (
     fenced_update_row,
     lease_acquire,
     lease_expire,
+    lease_handover,
+    lease_live_sql,
     lease_release,
     lease_release_if_held,
     lease_renew,
     lease_require_live,
+    leases_acquire_sql,
 )
 from .services.observations import OUTCOMES, observation_record
 from .services.operations import (
@@ -277,11 +280,14 @@ __all__ = [
     "lease_acquire",
     "lease_current",
     "lease_expire",
+    "lease_handover",
     "lease_is_live",
+    "lease_live_sql",
     "lease_release",
     "lease_release_if_held",
     "lease_renew",
     "lease_require_live",
+    "leases_acquire_sql",
     "leases_held",
     "leases_live",
     "leases_stale",
