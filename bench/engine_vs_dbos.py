@@ -100,8 +100,7 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
 
     q = settings.Q_CLUSTER
     engine = {
-        name: getattr(settings, name)
-        for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_REENQUEUE_AFTER", "GOVFLOW_MAX_STEPS_PER_RUN")
+        name: getattr(settings, name) for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_MAX_STEPS_PER_RUN")
     }
     sweeper = Sweeper()  # the values the cluster's sweeper thread reads from the settings
     engine.update(

@@ -22,7 +22,6 @@ __all__ = [
     "max_steps_per_run",
     "operator_lease_ttl",
     "payload_max_bytes",
-    "reenqueue_after",
     "run_budget",
     "settings_table",
     "sweep_duration",
@@ -111,17 +110,6 @@ RUN_BUDGET = Setting(
     "a run starts no new step after this long and re-enqueues the instance: well inside "
     "django-q2's `timeout` (60 s), so a worker is not killed by the timeout mid-step",
 )
-REENQUEUE_AFTER = Setting(
-    "GOVFLOW_REENQUEUE_AFTER",
-    30,
-    float,
-    "seconds",
-    True,
-    "the sweep re-enqueues an instance that has runnable or `executing` work and no live "
-    "lease only if it was not enqueued within this period — or if a retry or poll fell due "
-    "after its last enqueue, or if its lease expired after its last enqueue (its worker "
-    "died: queued on the next pass, once)",
-)
 SWEEP_LEASE_TTL = Setting(
     "GOVFLOW_SWEEP_LEASE_TTL",
     10,
@@ -203,7 +191,6 @@ SETTINGS: tuple[Setting, ...] = (
     DELIVERY_LEASE_TTL,
     MAX_STEPS_PER_RUN,
     RUN_BUDGET,
-    REENQUEUE_AFTER,
     SWEEP_LEASE_TTL,
     SWEEP_TICK,
     SWEEP_FULL_EVERY,
@@ -233,10 +220,6 @@ def max_steps_per_run() -> int:
 
 def run_budget() -> float:
     return RUN_BUDGET.value()
-
-
-def reenqueue_after() -> float:
-    return REENQUEUE_AFTER.value()
 
 
 def sweep_lease_ttl() -> float:

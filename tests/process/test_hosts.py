@@ -15,7 +15,7 @@ import time
 import pytest
 
 from govflow.engine.models import InstanceStatus, TokenState
-from govflow.engine.queue import enqueue_many
+from govflow.engine.queue import instances_mark_runnable
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
 from recovery.models import Lease, Observation, ObservationKind
@@ -43,7 +43,6 @@ LEASE_TTL = float(FAST["GOVFLOW_LEASE_TTL"])
 LONG = {
     "GOVFLOW_LEASE_TTL": "600",
     "GOVFLOW_SWEEP_LEASE_TTL": "600",
-    "GOVFLOW_REENQUEUE_AFTER": "3600",
 }
 
 
@@ -73,8 +72,8 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     # task is queued three times, so both hosts race for the same instances.
     ids = [instance_start(definition=definition, variables={"value": f"h{n}"}).pk for n in (1, 2)]
     ws.watch(*ids)
-    enqueue_many(ids)
-    enqueue_many(ids)
+    instances_mark_runnable(ids)
+    instances_mark_runnable(ids)
     first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
     held = wait_for(
         lambda: len(leases := live_instance_leases("host-a")) == 2 and leases,
@@ -132,7 +131,7 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
 ):
     ws = workspace
     ws.pause("after_effect")
-    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", GOVFLOW_REENQUEUE_AFTER="3600")
+    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a")
     wait_until_sweeping(first)
     instance = instance_start(
         definition=definition_publish(document=linear(action("a"), action("b"), key="proc.pause")),
@@ -147,7 +146,6 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
     )
     second = ws.start_cluster(
         GOVFLOW_HOST_ID="host-b",
-        GOVFLOW_REENQUEUE_AFTER="3600",
         ALPHA_PAUSE_DIR=own_pause_dir(ws, "pause-b"),
     )
     wait_for(lambda: len(second.pids()) >= 4, timeout=60, what="host-b's cluster to start")
