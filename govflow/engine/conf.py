@@ -99,7 +99,8 @@ MAX_STEPS_PER_RUN = Setting(
     int,
     "",
     True,
-    "steps one run (one `advance` task) takes before it re-enqueues the instance and stops",
+    "steps one run (one `advance` task) takes before it marks the instance runnable again "
+    "and stops",
 )
 RUN_BUDGET = Setting(
     "GOVFLOW_RUN_BUDGET",
@@ -107,7 +108,8 @@ RUN_BUDGET = Setting(
     float,
     "seconds",
     True,
-    "a run starts no new step after this long and re-enqueues the instance: well inside "
+    "a run starts no new step after this long and marks the instance runnable again: well "
+    "inside "
     "django-q2's `timeout` (60 s), so a worker is not killed by the timeout mid-step",
 )
 SWEEP_LEASE_TTL = Setting(
@@ -144,8 +146,8 @@ SWEEP_TIMER_BATCH = Setting(
     int,
     "",
     False,
-    "due timers fired, and `advance` tasks queued, in one commit; a full batch is followed "
-    "by the next at once",
+    "due timers fired, and their instances marked runnable, in one commit; a full batch is "
+    "followed by the next at once",
 )
 SWEEP_DURATION = Setting(
     "GOVFLOW_SWEEP_DURATION",
