@@ -92,6 +92,20 @@ def runnable_clear(*, instance_id: int, wakeups: int) -> bool:
         return cursor.rowcount == 1
 
 
+def runnable_defer(*, instance_id: int, wakeups: int, seconds: float) -> bool:
+    """Move an instance's mark ``seconds`` into the future unless it was marked again
+    since ``wakeups`` was read: a run that failed unexpectedly is not claimed again at
+    once, in a loop. Needs the caller's commit. Returns whether it moved the mark."""
+    d = engine_dialect()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET runnable_at = {d.base.plus_seconds} "
+            "WHERE id = %s AND wakeups = %s",
+            [d.base.seconds_param(seconds), instance_id, wakeups],
+        )
+        return cursor.rowcount == 1
+
+
 def instances_claim(*, holder: str, limit: int, ttl: float) -> list[Claim]:
     """Claim up to ``limit`` runnable instances for ``holder``, their leases taken.
 

@@ -193,3 +193,24 @@ def test_django_q2s_pusher_and_worker_run_claimed_instances_and_ordinary_tasks(m
         assert chain_ok(instance)
     assert effects.call_count() == 2
     assert marked() == []
+
+
+@pytest.mark.django_db
+def test_a_claimed_run_that_fails_unexpectedly_is_not_claimed_again_in_a_loop(monkeypatch):
+    from govflow.engine.services import runtime
+
+    instance = start(linear(action("a")))
+    [claim] = instances_claim(holder="pusher-1", limit=1, ttl=30)
+
+    def broken(run, report):
+        raise RuntimeError("a bug in the engine")
+
+    monkeypatch.setattr(runtime, "_loop", broken)
+    with pytest.raises(RuntimeError):
+        instance_run(instance_id=instance.pk, worker="worker-1", claim=claim)
+    lease = Lease.objects.get(key=instance_lease_key(instance.pk))
+    assert lease.holder is None, "the lease is released all the same"
+    assert marked() == [instance.pk], "still runnable: the work is not lost"
+    assert instances_claim(holder="pusher-1", limit=1, ttl=30) == [], (
+        f"claimed again only after {runtime.RETRY_AFTER_ERROR:g} s"
+    )

@@ -75,8 +75,21 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     instances_mark_runnable(ids)
     instances_mark_runnable(ids)
     first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
+
+    def parked() -> dict[str, int] | bool:
+        # Claimed by host-a's pusher, then taken over by the two workers that run them
+        # (ADR 0026): two leases, held by two processes, neither of them the pusher.
+        leases = live_instance_leases("host-a")
+        holders = set(Lease.objects.filter(key__in=leases).values_list("holder", flat=True))
+        log = first.log_path.read_text(errors="replace")
+        pusher = (
+            log.split("pushing tasks at ", 1)[1].split()[0] if "pushing tasks at " in log else ""
+        )
+        workers = {h for h in holders if pusher and f":{pusher}:" not in h}
+        return len(leases) == 2 and len(workers) == 2 and leases
+
     held = wait_for(
-        lambda: len(leases := live_instance_leases("host-a")) == 2 and leases,
+        parked,
         timeout=60,
         what="both workers of host-a parked in a step's preview, each holding a lease",
         explain=ws.report,

@@ -68,7 +68,7 @@ from ..conf import lease_ttl, max_steps_per_run, run_budget
 from ..db import clock, engine_commit
 from ..liveness import worker_name
 from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..queue import Claim, instance_mark_runnable, runnable_clear
+from ..queue import Claim, instance_mark_runnable, runnable_clear, runnable_defer
 from ..states import TERMINAL_STATUSES
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
@@ -87,6 +87,9 @@ from .steps import run_chained, run_token
 __all__ = ["RunReport", "instance_run"]
 
 log = logging.getLogger("govflow.engine")
+
+RETRY_AFTER_ERROR = 30.0
+"""Seconds before an instance whose claimed run failed unexpectedly is claimed again."""
 
 
 @dataclass
@@ -157,7 +160,7 @@ def instance_run(
         )
     finally:
         _lease_release_and_requeue(
-            run, fence, report, check=looped and not report.stale, claim=claim
+            run, fence, report, check=looped and report.settled, claim=claim
         )
     return report
 
@@ -311,6 +314,12 @@ def _lease_release_and_requeue(
                 instance_mark_runnable(run.instance.pk)
             elif released and claim is not None and report.settled:
                 runnable_clear(instance_id=claim.instance_id, wakeups=claim.wakeups)
+            elif released and claim is not None and not report.stale:
+                # An unexpected error (it propagates to django-q2, which records it):
+                # try again later, not in a loop of claims.
+                runnable_defer(
+                    instance_id=claim.instance_id, wakeups=claim.wakeups, seconds=RETRY_AFTER_ERROR
+                )
     except DatabaseError:
         # Never mask the run's own outcome; an unreleased lease expires by itself.
         log.exception("instance %s: could not release the lease cleanly", fence.key)
