@@ -159,9 +159,7 @@ def instance_run(
             exc,
         )
     finally:
-        _lease_release_and_requeue(
-            run, fence, report, check=looped and report.settled, claim=claim
-        )
+        _lease_release_and_requeue(run, fence, report, check=looped and report.settled, claim=claim)
     return report
 
 
