@@ -122,6 +122,7 @@ from .services.leases import (
     lease_release_if_held,
     lease_renew,
     lease_require_live,
+    lease_takeable_sql,
     leases_acquire_sql,
 )
 from .services.observations import OUTCOMES, observation_record
@@ -287,6 +288,7 @@ __all__ = [
     "lease_release_if_held",
     "lease_renew",
     "lease_require_live",
+    "lease_takeable_sql",
     "leases_acquire_sql",
     "leases_held",
     "leases_live",

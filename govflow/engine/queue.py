@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from recovery.api import lease_live_sql, leases_acquire_sql
+from recovery.api import lease_takeable_sql, leases_acquire_sql
 
 from .db import engine_commit, engine_dialect
 from .models import Instance
@@ -114,10 +114,12 @@ def instances_claim(*, holder: str, limit: int, ttl: float) -> list[Claim]:
     """
     d = engine_dialect()
     now = d.now_once  # read once: the runnable index bounds the scan by it
-    live = lease_live_sql(_KEY.format("i.id"), now=now)
+    # Not live, and its row not held by a transaction (a paused holder mid-commit):
+    # waiting for that row would stall every claim of this cluster.
+    takeable = lease_takeable_sql(_KEY.format("i.id"), now=now)
     pick = (
         f"SELECT i.id, i.wakeups FROM {_TABLE} i "
-        f"WHERE i.runnable_at <= {now} AND NOT {live} "
+        f"WHERE i.runnable_at <= {now} AND {takeable} "
         f"ORDER BY i.runnable_at LIMIT %s"
     )
     with engine_commit(), connection.cursor() as cursor:

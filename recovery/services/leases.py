@@ -136,6 +136,23 @@ def lease_live_sql(key: str, *, now: str | None = None) -> str:
     )
 
 
+def lease_takeable_sql(key: str, *, now: str | None = None) -> str:
+    """An SQL condition that holds when the lease whose key is the expression ``key`` could
+    be acquired now without waiting: not live, and (PostgreSQL) its row, if any, not
+    locked by another transaction — it is locked here instead (``SKIP LOCKED``), so a
+    statement of the caller's can take it at once. A transaction that holds the row (a
+    stale holder's fenced write, paused mid-commit) is passed over, not waited for.
+    No parameters."""
+    d = dialect()
+    free = f"NOT {lease_live_sql(key, now=now)}"
+    if not d.share_lock:  # SQLite: one writer at a time, nobody else holds a row
+        return free
+    return (
+        f"{free} AND (NOT EXISTS (SELECT 1 FROM {_TABLE} lk WHERE lk.key = {key}) "
+        f"OR EXISTS (SELECT 1 FROM {_TABLE} lk WHERE lk.key = {key} FOR UPDATE SKIP LOCKED))"
+    )
+
+
 def lease_handover(*, fence: Fence, holder: str, ttl: float) -> Fence:
     """Pass a live lease to ``holder``: fence + 1, expiry renewed by database time.
 

@@ -10,6 +10,7 @@ lease's fence is exactly 1 (taken once, by one claim).
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connections
@@ -54,3 +55,42 @@ def test_racing_claimers_take_each_runnable_instance_exactly_once():
             holder == f"pusher-{number}"
             for holder in Lease.objects.filter(key__in=mine).values_list("holder", flat=True)
         ), "each claim's leases are its claimer's"
+
+
+def test_a_claim_passes_over_a_lease_row_a_paused_holder_keeps_locked():
+    """A worker stopped (SIGSTOP) inside a commit keeps its lease row share-locked by its
+    fenced writes. The claim must not wait for it, or every claim of the cluster would
+    stall behind one paused process: that instance is passed over, the others claimed."""
+    from django.db import transaction
+
+    from govflow.engine.services.run import instance_lease_key
+    from recovery import api
+    from tests.dbclock import wait_until_expired
+
+    stuck, free = (start(linear(action("a")), {"value": f"v{i}"}).pk for i in range(2))
+    paused = api.lease_acquire(key=instance_lease_key(stuck), holder="paused", ttl=0.3)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                api.lease_require_live(fence=paused, doing="write mid-commit")  # FOR SHARE
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        wait_until_expired(paused.key)
+        began = time.monotonic()
+        claims = instances_claim(holder="pusher-b", limit=10, ttl=60)
+        assert time.monotonic() - began < 5, "the claim waited for the paused holder's lock"
+        assert [c.instance_id for c in claims] == [free]
+    finally:
+        release.set()
+        holder.join(30)
+    [claim] = instances_claim(holder="pusher-b", limit=10, ttl=60)
+    assert claim.instance_id == stuck and claim.fence == paused.fence + 1, "taken once free"
