@@ -100,8 +100,7 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
 
     q = settings.Q_CLUSTER
     engine = {
-        name: getattr(settings, name)
-        for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_REENQUEUE_AFTER", "GOVFLOW_MAX_STEPS_PER_RUN")
+        name: getattr(settings, name) for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_MAX_STEPS_PER_RUN")
     }
     sweeper = Sweeper()  # the values the cluster's sweeper thread reads from the settings
     engine.update(
@@ -167,6 +166,8 @@ def run(args: argparse.Namespace) -> dict:
             results["govflow_recovery"] = scenarios.govflow_recovery(server, cfg)
             say(f"DBOS recovery of {cfg.recovery_n} workflows")
             results["dbos_recovery"] = scenarios.dbos_recovery(server, cfg)
+            say(f"GovFlow pause: SIGSTOP of a working cluster, {cfg.recovery_n} workflows")
+            results["govflow_pause"] = scenarios.govflow_pause(server, cfg)
             say(f"GovFlow timers: {cfg.timers} due at once")
             results["govflow_timers"] = scenarios.govflow_timers(server, cfg)
             results["kill_fraction"] = cfg.kill_fraction

@@ -163,3 +163,14 @@ def counted(base=None, **changes: Any):
     return dataclasses.replace(
         base, execute=wrap(base.execute), poll=wrap(poll) if poll else None, **changes
     ), calls
+
+
+def unmark_all() -> None:
+    """Forget every runnable mark (ADR 0026), as if every instance had been run."""
+    Instance.objects.update(runnable_at=None)
+
+
+def marked_runnable() -> list[int]:
+    """The instances marked runnable: what a worker's next claim takes (ADR 0026)."""
+    marked = Instance.objects.filter(runnable_at__isnull=False).order_by("pk")
+    return list(marked.values_list("pk", flat=True))

@@ -19,7 +19,6 @@ GOVFLOW_SWEEP_DURATION = _env("GOVFLOW_SWEEP_DURATION", 40)
 GOVFLOW_SWEEP_LEASE_TTL = _env("GOVFLOW_SWEEP_LEASE_TTL", 10)
 GOVFLOW_SWEEP_TICK = _env("GOVFLOW_SWEEP_TICK", 0.25)
 GOVFLOW_SWEEP_FULL_EVERY = _env("GOVFLOW_SWEEP_FULL_EVERY", 2)
-GOVFLOW_REENQUEUE_AFTER = _env("GOVFLOW_REENQUEUE_AFTER", 30)
 
 # The cluster name stays the engine's: it is the ORM broker's queue key, and every
 # cluster of a test must take work from the queue the test process fills.

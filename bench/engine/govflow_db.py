@@ -161,20 +161,40 @@ def first_step_since(ids: list[int], since: dt.datetime) -> float | None:
     return None if first is None else (first - since).total_seconds()
 
 
-def enqueued_since(ids: set[int], since: dt.datetime) -> tuple[int, float | None]:
-    """(how many of ``ids`` were enqueued after ``since``, seconds until the last was).
+def taken_over_since(ids: set[int], since: dt.datetime) -> tuple[int, float | None]:
+    """(how many of ``ids`` had their lease taken after ``since``, seconds until the last).
 
-    An instance's ``enqueued_at`` is its latest enqueue: for an instance a killed cluster
-    stranded, the sweeper's re-enqueue (or a later one, if it needed two)."""
+    A lease's ``acquired_at`` is its latest acquisition (a claim, a hand-over or an
+    acquire): for an instance a killed cluster stranded, the new cluster's run of it."""
     from django.db.models import Count, Max
 
-    from govflow.engine.models import Instance
+    from recovery.models import Lease
 
-    row = Instance.objects.filter(pk__in=ids, enqueued_at__gte=since).aggregate(
-        n=Count("pk"), t=Max("enqueued_at")
-    )
+    row = Lease.objects.filter(
+        key__in=[f"instance:{pk}" for pk in ids], acquired_at__gte=since
+    ).aggregate(n=Count("key"), t=Max("acquired_at"))
     last = row["t"]
     return row["n"], None if last is None else (last - since).total_seconds()
+
+
+def held_leases(ids: list[int]) -> dict[str, int]:
+    """``{key: fence}`` of the live instance leases among ``ids`` (database clock)."""
+    from django.db.models.functions import Now
+
+    from recovery.models import Lease
+
+    keys = [f"instance:{pk}" for pk in ids]
+    return dict(
+        Lease.objects.filter(key__in=keys, holder__isnull=False, expires_at__gt=Now()).values_list(
+            "key", "fence"
+        )
+    )
+
+
+def fences_of(keys: list[str]) -> dict[str, int]:
+    from recovery.models import Lease
+
+    return dict(Lease.objects.filter(key__in=keys).values_list("key", "fence"))
 
 
 def sweeper_holder() -> str | None:
@@ -255,7 +275,6 @@ def create_waiting_timers(definition, count: int) -> list[int]:
                     next_ordinal=3,
                     created_at=Now(),
                     updated_at=Now(),
-                    enqueued_at=Now(),
                 )
                 for _ in range(n)
             )

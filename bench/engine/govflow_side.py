@@ -194,5 +194,15 @@ class Cluster:
         seconds["sentinel"] = sentinel
         return seconds
 
+    def advance_tasks_run(self) -> int:
+        """``advance`` tasks this cluster's workers started (django-q2 logs each one):
+        instance runs, whether a queued task or a claim (ADR 0026) delivered them."""
+        text = self.group.log_path.read_text(errors="replace")
+        return sum(
+            1
+            for line in text.splitlines()
+            if " processing " in line and "'govflow.engine.tasks.advance'" in line
+        )
+
     def kill(self) -> None:
         self.group.kill()

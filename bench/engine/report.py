@@ -55,7 +55,15 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
                 "  django-q2 tasks enqueued per workflow",
                 _f(gfr["tasks_per_instance"], 2),
                 "-",
-                "(1.00 = one task each; more = sweep re-enqueues)",
+                "(instance runs are claimed, not enqueued: ADR 0026)",
+            )
+        )
+        out(
+            _row(
+                "  advance tasks run (claims) per workflow",
+                _f(gfr["runs_per_instance"], 2),
+                "-",
+                "(from the cluster's log; 1.00 = one run each)",
             )
         )
     out("")
@@ -241,9 +249,30 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
     out(
         f"  then: {t['completed_in_watch']:,} of the {t['timers']:,} instances completed within "
         f"{t['watch_seconds']:g} s of the due time; django-q2 tasks enqueued per instance by "
-        f"then {t['tasks_per_instance']:.2f}; setup (bulk rows) took {_f(t['setup_seconds'], 1)} s"
+        f"then {t['tasks_per_instance']:.2f}, advance tasks run (claims) per instance "
+        f"{t['runs_per_instance']:.2f}; setup (bulk rows) took {_f(t['setup_seconds'], 1)} s"
     )
     out("")
+    pause = r.get("govflow_pause")
+    if pause:
+        out(
+            f"Pause (GovFlow): {pause['instances']} workflows on cluster a (workers="
+            f"{pause['workers']}), cluster b started beside it on the same host; SIGSTOP of "
+            f"cluster a's process group; GOVFLOW_LEASE_TTL={pause['lease_ttl']:g}"
+        )
+        took = pause["takeover_seconds"]
+        when = (
+            f"all taken over {_f(took, 2)} s after the SIGSTOP"
+            if took is not None
+            else f"{pause['taken_over']} taken over within {pause['pause_limit']:g} s, then "
+            "the paused cluster was resumed"
+        )
+        out(
+            f"  takeover: {pause['held_at_stop']} instance lease(s) held by the paused "
+            f"cluster, {when}; then both drained: {_statuses(pause['statuses'])}; advance "
+            f"tasks run (claims) per workflow {pause['runs_per_instance']:.2f}"
+        )
+        out("")
 
     out("Targets")
     for figure, value, target, ok in evaluate(r):
@@ -305,6 +334,28 @@ def evaluate(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             f"{g['seconds']:.1f} s vs {d['seconds']:.1f} s",
             f"<= {TARGET_RECOVERY:g} x DBOS's time",
             g["seconds"] <= TARGET_RECOVERY * d["seconds"],
+        )
+    )
+    pause = r.get("govflow_pause")
+    if pause:
+        limit, took = pause["lease_ttl"] + 2, pause["takeover_seconds"]
+        targets.append(
+            (
+                "takeover after a SIGSTOP pause",
+                f"{took:.2f} s" if took is not None else f"> {pause['pause_limit']:g} s",
+                f"<= lease ttl + 2 s ({limit:g} s)",
+                took is not None and took <= limit,
+            )
+        )
+    runs = [gfr["runs_per_instance"] for gfr in r["govflow_tput"]]
+    if pause:
+        runs.append(pause["runs_per_instance"])
+    targets.append(
+        (
+            "tasks/claims per instance run",
+            f"{max(runs):.2f} (worst run)",
+            "<= 1.2",
+            max(runs) <= 1.2,
         )
     )
     p99 = r["govflow_timers"]["lag"]["p99"]

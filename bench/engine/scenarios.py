@@ -21,6 +21,8 @@ from .counters import Counters, counters, top_statements
 from .procs import pids_cpu, wait_until
 
 SETTLE_TIMEOUT = 900
+PAUSE_LIMIT = 60.0
+"""Seconds the pause scenario waits for the takeover before it resumes the paused one."""
 TIMER_WATCH = 20.0
 """Seconds after the timers' due time during which their instances' completions count."""
 
@@ -81,6 +83,7 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
     )
     gdb.wait_settled(poller, warm, timeout=SETTLE_TIMEOUT, groups=groups)
     tasks_before = gdb.tasks_enqueued()
+    runs_before = cluster.advance_tasks_run()
 
     server.reset_statements(name)
     before = counters(server, name)
@@ -91,6 +94,7 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
     )
     statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=groups)
     cpu_after = cluster.cpu_by_role()
+    runs = cluster.advance_tasks_run() - runs_before
     cluster.kill()
     time.sleep(1.5)  # backends of the killed processes flush their statistics
     after = counters(server, name)
@@ -106,6 +110,7 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
         "enqueue_seconds": enqueue_seconds,
         "statuses": statuses,
         "tasks_per_instance": (gdb.tasks_enqueued() - tasks_before) / len(ids),
+        "runs_per_instance": runs / len(ids),
         "per_step": _per_step(before, after, steps, poller.queries),
         "cpu": _cpu_per_step(cpu_before, cpu_after, steps),
     }
@@ -168,7 +173,7 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
     steps_after = poller.steps_done(ids[0], ids[-1]) - steps_at_kill
     cluster.kill()
     _, last = gdb.span(ids)
-    requeued, requeued_seconds = gdb.enqueued_since(stranded, restarted)
+    requeued, requeued_seconds = gdb.taken_over_since(stranded, restarted)
     return {
         "workers": workers,
         "instances": len(ids),
@@ -217,6 +222,7 @@ def govflow_timers(server: Server, cfg: Config, workers: int = 2) -> dict:
     time.sleep(max(0.0, due_monotonic + TIMER_WATCH - time.monotonic()))
     completed = gdb.completed_by(ids, due + dt.timedelta(seconds=TIMER_WATCH))
     tasks = gdb.tasks_enqueued() - tasks_before
+    runs = cluster.advance_tasks_run()
     cluster.kill()
     return {
         "timers": len(ids),
@@ -226,7 +232,99 @@ def govflow_timers(server: Server, cfg: Config, workers: int = 2) -> dict:
         "watch_seconds": TIMER_WATCH,
         "completed_in_watch": completed,
         "tasks_per_instance": tasks / len(ids),
+        "runs_per_instance": runs / len(ids),
     }
+
+
+def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
+    """SIGSTOP a working cluster past its lease while a second one runs: the takeover.
+
+    Cluster A works through a backlog; cluster B (same host: the paused processes still
+    exist and hold their liveness locks, so only the lease's expiry may free their
+    instances) starts beside it. A is stopped; the time from the SIGSTOP until every
+    instance lease A held has a greater fence (taken over) is the takeover, against the
+    target of the lease ttl + 2 s. Then A resumes (its stale writes are refused by their
+    fences) and both drain the rest.
+    """
+    import os
+    import signal
+
+    name = "gf_pause"
+    url = server.create_database(name, template="gf_template")
+    gf.use_database(name)
+    definition = gf.publish(gf.five_noops_document())
+    overrides = dict(cfg.recovery_overrides)
+
+    def start(tag: str) -> gf.Cluster:
+        return gf.Cluster.start(
+            name=f"{name}-{tag}",
+            url=url,
+            workers=workers,
+            overrides=overrides,
+            log_dir=cfg.log_dir,
+        )
+
+    first = start("a")
+    first.wait_ready()
+    poller = gdb.Poller()
+    ids, _ = gdb.start_instances(definition, cfg.recovery_n, cfg.govflow_enqueue_threads)
+    second = start("b")
+    wait_until(  # b's sweeper stands by behind a's: b's cluster is up
+        lambda: "standing by" in second.group.log_path.read_text(errors="replace"),
+        timeout=SETTLE_TIMEOUT,
+        what="cluster b to start",
+        groups=[first.group, second.group],
+        interval=0.1,
+    )
+    stopped, held = _stop_holding(first, ids)
+    took = None  # not taken over within PAUSE_LIMIT (a paused holder's row lock, say)
+    try:
+        while time.monotonic() - stopped < PAUSE_LIMIT:
+            second.group.check()
+            fences = gdb.fences_of(list(held))
+            if all(fences.get(key, 0) > fence for key, fence in held.items()):
+                took = time.monotonic() - stopped
+                break
+            time.sleep(0.05)
+        taken = sum(gdb.fences_of(list(held)).get(k, 0) > f for k, f in held.items())
+    finally:
+        os.killpg(first.group.pgid, signal.SIGCONT)
+    statuses = gdb.wait_settled(
+        poller, ids, timeout=SETTLE_TIMEOUT, groups=[first.group, second.group]
+    )
+    runs = first.advance_tasks_run() + second.advance_tasks_run()
+    first.kill()
+    second.kill()
+    return {
+        "workers": workers,
+        "instances": len(ids),
+        "held_at_stop": len(held),
+        "taken_over": taken,
+        "takeover_seconds": took,
+        "pause_limit": PAUSE_LIMIT,
+        "lease_ttl": float(overrides.get("GOVFLOW_LEASE_TTL", 30)),
+        "runs_per_instance": runs / len(ids),
+        "statuses": statuses,
+    }
+
+
+def _stop_holding(cluster, ids: list[int]) -> tuple[float, dict[str, int]]:
+    """SIGSTOP ``cluster`` at a moment it holds instance leases; (when, {key: fence})."""
+    import os
+    import signal
+
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline:
+        cluster.group.check()
+        if gdb.held_leases(ids):
+            os.killpg(cluster.group.pgid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            held = gdb.held_leases(ids)  # what the paused cluster holds now
+            if held:
+                return stopped, held
+            os.killpg(cluster.group.pgid, signal.SIGCONT)
+        time.sleep(0.01)
+    raise TimeoutError("the cluster never held an instance lease to be paused with")
 
 
 # -- DBOS ----------------------------------------------------------------------------------

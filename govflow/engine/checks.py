@@ -151,3 +151,28 @@ def check_compensations(app_configs, **kwargs):
         for action in registry.all()
         if action.compensate is not None and compensation_problem(action, registry.get)
     ]
+
+
+@checks.register()
+def check_claim_broker(app_configs, **kwargs):
+    """Instance runs reach the workers only through GovFlow's broker (ADR 0026)."""
+    from django.utils.module_loading import import_string
+
+    from .broker import ClaimBroker
+
+    path = getattr(settings, "Q_CLUSTER", {}).get("broker_class", "")
+    try:
+        broker = import_string(path) if path else None
+    except ImportError:
+        broker = None
+    if isinstance(broker, type) and issubclass(broker, ClaimBroker):
+        return []
+    return [
+        checks.Error(
+            f"Q_CLUSTER['broker_class'] is {path or 'not set'!r}: no worker would claim the "
+            "instances marked runnable, so no workflow would ever move on.",
+            hint="Set Q_CLUSTER['broker_class'] = 'govflow.engine.broker.ClaimBroker' (or a "
+            "subclass of it) in the settings the qcluster runs with.",
+            id="engine.E006",
+        )
+    ]

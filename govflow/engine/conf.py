@@ -22,7 +22,6 @@ __all__ = [
     "max_steps_per_run",
     "operator_lease_ttl",
     "payload_max_bytes",
-    "reenqueue_after",
     "run_budget",
     "settings_table",
     "sweep_duration",
@@ -100,7 +99,8 @@ MAX_STEPS_PER_RUN = Setting(
     int,
     "",
     True,
-    "steps one run (one `advance` task) takes before it re-enqueues the instance and stops",
+    "steps one run (one `advance` task) takes before it marks the instance runnable again "
+    "and stops",
 )
 RUN_BUDGET = Setting(
     "GOVFLOW_RUN_BUDGET",
@@ -108,19 +108,9 @@ RUN_BUDGET = Setting(
     float,
     "seconds",
     True,
-    "a run starts no new step after this long and re-enqueues the instance: well inside "
+    "a run starts no new step after this long and marks the instance runnable again: well "
+    "inside "
     "django-q2's `timeout` (60 s), so a worker is not killed by the timeout mid-step",
-)
-REENQUEUE_AFTER = Setting(
-    "GOVFLOW_REENQUEUE_AFTER",
-    30,
-    float,
-    "seconds",
-    True,
-    "the sweep re-enqueues an instance that has runnable or `executing` work and no live "
-    "lease only if it was not enqueued within this period — or if a retry or poll fell due "
-    "after its last enqueue, or if its lease expired after its last enqueue (its worker "
-    "died: queued on the next pass, once)",
 )
 SWEEP_LEASE_TTL = Setting(
     "GOVFLOW_SWEEP_LEASE_TTL",
@@ -156,8 +146,8 @@ SWEEP_TIMER_BATCH = Setting(
     int,
     "",
     False,
-    "due timers fired, and `advance` tasks queued, in one commit; a full batch is followed "
-    "by the next at once",
+    "due timers fired, and their instances marked runnable, in one commit; a full batch is "
+    "followed by the next at once",
 )
 SWEEP_DURATION = Setting(
     "GOVFLOW_SWEEP_DURATION",
@@ -203,7 +193,6 @@ SETTINGS: tuple[Setting, ...] = (
     DELIVERY_LEASE_TTL,
     MAX_STEPS_PER_RUN,
     RUN_BUDGET,
-    REENQUEUE_AFTER,
     SWEEP_LEASE_TTL,
     SWEEP_TICK,
     SWEEP_FULL_EVERY,
@@ -233,10 +222,6 @@ def max_steps_per_run() -> int:
 
 def run_budget() -> float:
     return RUN_BUDGET.value()
-
-
-def reenqueue_after() -> float:
-    return REENQUEUE_AFTER.value()
 
 
 def sweep_lease_ttl() -> float:

@@ -108,13 +108,31 @@ class Instance(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
-    enqueued_at = models.DateTimeField(null=True, blank=True)
+    runnable_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when a worker may claim this instance (database clock); empty: "
+        "nothing to run. Set in the commit that made it runnable (ADR 0026).",
+    )
+    wakeups = models.BigIntegerField(
+        default=0,
+        help_text="How often it was marked runnable: a run clears its mark only if nobody "
+        "marked it again while it ran.",
+    )
 
     class Meta:
         verbose_name = _("instance")
         verbose_name_plural = _("instances")
         db_table = "engine_instance"
-        indexes = [models.Index(fields=["status"], name="engine_instance_status")]
+        indexes = [
+            models.Index(fields=["status"], name="engine_instance_status"),
+            # The claim scans runnable instances by time; the others are not in the index.
+            models.Index(
+                fields=["runnable_at"],
+                name="engine_instance_runnable",
+                condition=models.Q(runnable_at__isnull=False),
+            ),
+        ]
         permissions = [
             ("start_instance", "Can start workflow instances"),
             ("operate_instance", "Can retry, cancel and resolve steps of instances"),

@@ -1,26 +1,33 @@
-"""Enqueueing work for django-q2 workers. Tasks carry ids only.
+"""Work where it is recorded: instances marked runnable, and claimed by workers (ADR 0026).
 
-With the ORM broker on the default database, an enqueue inside a transaction commits or
-rolls back with it: work is never queued for a change that did not happen.
+The commit that makes an instance runnable (a start, a timer fired, a message taken, a
+decision applied, an external task reported, a lease found dead, a run that stopped with
+work left) marks it so in the same transaction: :func:`instances_mark_runnable` sets its
+``runnable_at`` (database clock) and counts the mark in ``wakeups``. There is no separate
+enqueue that could be lost, go stale or multiply.
 
-``enqueue_many`` writes the packages django-q2's ``async_task`` would write (the same task
-dict, signed by ``SignedPackage``), but for any number of instances in one bulk INSERT
-into the ORM broker's queue table: ``async_task`` costs an INSERT, a pickle and a
-signature per call, which is most of the time the sweep needs to fire thousands of due
-timers at once.
+Workers take runnable instances with :func:`instances_claim`: one statement picks up to
+``limit`` of them that no live lease holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
+claimers pass each other by) and takes their instance leases in the same statement
+(fence + 1, expiry by database time). The mark stays while the instance runs: if its
+worker dies, the lease expires (or the sweeper expires it, ADR 0022) and the next claim
+takes the instance again, without a sweep. The run clears the mark when it ends with
+nothing left to do, and only if nobody marked it again meanwhile (``wakeups`` unchanged).
+
+django-q2 runs the claim as the dequeue of GovFlow's broker (``govflow/engine/broker.py``);
+other tasks (the fallback sweep, one-off tasks) still use django-q2's own queue.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
-from django.core.signing import TimestampSigner
-from django.db import connection, connections
-from django.utils import timezone
+from django.db import connection
 
-from .db import engine_dialect
+from recovery.api import lease_takeable_sql, leases_acquire_sql
+
+from .db import engine_commit, engine_dialect
 from .models import Instance
 
 ADVANCE = "govflow.engine.tasks.advance"
@@ -28,117 +35,125 @@ ADVANCE_GROUP = "govflow-advance"
 SWEEP = "govflow.engine.tasks.sweep"
 SWEEP_GROUP = "govflow-sweep"
 
-# Rows per INSERT into the queue and ids per UPDATE of ``enqueued_at``: 2,000 rows of
-# three columns stay far below PostgreSQL's 65,535 bind parameters per statement.
+# Ids per UPDATE of the marks: 2,000 stay far below PostgreSQL's bind parameter limit.
 BULK_BATCH = 2000
 
+_TABLE = Instance._meta.db_table
+_KEY = "'instance:' || {}"
+"""An instance's lease key in SQL (``run.instance_lease_key``), from its id column."""
 
-def enqueue_advance(instance_id: int) -> None:
-    """Queue one ``advance`` task (see :func:`enqueue_many`: in the caller's commit)."""
-    enqueue_many([instance_id])
+
+@dataclass(frozen=True)
+class Claim:
+    """An instance a worker claimed: its lease (taken for ``holder``) and its mark count."""
+
+    instance_id: int
+    fence: int
+    holder: str
+    wakeups: int
 
 
-def task_package(func: str, *args: Any, group: str) -> dict[str, Any]:
-    """The task dict ``async_task(func, *args, group=group)`` builds, before it is signed.
+def instance_mark_runnable(instance_id: int) -> None:
+    """Mark one instance runnable (see :func:`instances_mark_runnable`)."""
+    instances_mark_runnable([instance_id])
 
-    One difference: the display name is ``<group>-<first argument>-<8 hex digits>``
-    (``govflow-advance-42-1f0c9a3b``: which instance, in the admin's task lists) rather
-    than django-q2's human hash, which costs more than the rest of the package together.
+
+def instances_mark_runnable(instance_ids: Iterable[int]) -> int:
+    """Mark instances runnable from now (database clock); needs the caller's commit.
+
+    The commit whose change they act on: the mark commits or rolls back with it. Not
+    fenced: a mark is no state of the instance, only a hint that a run is worth claiming,
+    and every caller marks under its own authority (the instance's, the sweeper's, a
+    delivery's lease) or creates the instance. Returns how many distinct ids were given.
     """
-    from django_q.conf import Conf
-
-    task_id = uuid.uuid4().hex
-    label = f"{group}-{args[0]}" if args else group
-    task: dict[str, Any] = {
-        "id": task_id,
-        "name": f"{label}-{task_id[:8]}"[:100],
-        "func": func,
-        "args": args,
-    }
-    task["group"] = group
-    if Conf.CACHED:
-        task["cached"] = Conf.CACHED
-    if Conf.ACK_FAILURES:
-        task["ack_failure"] = Conf.ACK_FAILURES
-    task["kwargs"] = {}
-    task["started"] = timezone.now()
-    return task
-
-
-def enqueue_many(instance_ids: Iterable[int]) -> int:
-    """Queue one ``advance`` task per distinct instance and stamp their ``enqueued_at``.
-
-    Needs the caller's commit: the one whose change the tasks act on, so that with the
-    ORM broker the queue rows commit or roll back with it. Other brokers (and django-q2's
-    sync mode) get their packages one by one, through the broker as ``async_task`` would.
-    """
-    from django_q.brokers import get_broker
-    from django_q.brokers.orm import ORM
-    from django_q.conf import Conf
-    from django_q.signals import pre_enqueue
-    from django_q.signing import PickleSerializer
-    from django_q.tasks import async_task
-
     ids = list(dict.fromkeys(int(pk) for pk in instance_ids))
-    if not ids:
-        return 0
-    if Conf.SYNC:
-        # Sync mode runs each task in the caller as it is enqueued; keep django-q2's path.
-        for instance_id in ids:
-            async_task(ADVANCE, instance_id, group=ADVANCE_GROUP)
-    else:
-        # ``SignedPackage.dumps`` is ``signing.dumps``, which builds this signer per call.
-        signer = TimestampSigner(key=Conf.SECRET_KEY, salt=Conf.PREFIX)
-        packages = []
-        for instance_id in ids:
-            task = task_package(ADVANCE, instance_id, group=ADVANCE_GROUP)
-            pre_enqueue.send(sender="django_q", task=task)
-            packages.append(
-                signer.sign_object(task, serializer=PickleSerializer, compress=Conf.COMPRESSED)
-            )
-        broker = get_broker()
-        if isinstance(broker, ORM):
-            # What ``ORM.enqueue`` writes, row for row: the lock is "now", so the task is
-            # free to be claimed at once.
-            _insert_packages(Conf.ORM, broker.list_key or Conf.CLUSTER_NAME, packages)
-        else:
-            for package in packages:
-                broker.enqueue(package)
+    d = engine_dialect()
     for start in range(0, len(ids), BULK_BATCH):
-        _stamp_enqueued(ids[start : start + BULK_BATCH])
+        with connection.cursor() as cursor:
+            # One list parameter instead of an IN list of thousands: one prepared statement.
+            cursor.execute(
+                f"UPDATE {_TABLE} SET runnable_at = {d.now}, wakeups = wakeups + 1 "
+                f"WHERE id {d.id_in}",
+                [d.list_param(ids[start : start + BULK_BATCH])],
+            )
     return len(ids)
 
 
-def _insert_packages(alias: str, key: str, packages: list[str]) -> None:
-    """Every package in one INSERT with one list parameter, in the caller's transaction."""
-    from django_q.models import OrmQ
+def runnable_clear(*, instance_id: int, wakeups: int) -> bool:
+    """Clear an instance's mark unless it was marked again since ``wakeups`` was read.
 
-    connection = connections[alias]
-    d = engine_dialect(connection)
-    lock = OrmQ._meta.get_field("lock").get_db_prep_value(timezone.now(), connection)
-    table = connection.ops.quote_name(OrmQ._meta.db_table)
-    for start in range(0, len(packages), BULK_BATCH):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (key, payload, lock) SELECT %s, value, %s FROM {d.text_rows}",
-                [key, lock, d.list_param(packages[start : start + BULK_BATCH])],
-            )
-
-
-def _stamp_enqueued(ids: list[int]) -> None:
-    """Stamp the instances' ``enqueued_at`` (database clock), in the caller's transaction.
-
-    Not fenced: ``enqueued_at`` is no state of the instance, only when a task for it was
-    last queued (the sweep's hint), and every caller queues under its own authority (the
-    instance's, the sweeper's, a delivery's lease) or creates the instance.
+    Needs the caller's commit (the run's lease release). Returns whether it cleared it.
     """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET runnable_at = NULL WHERE id = %s AND wakeups = %s",
+            [instance_id, wakeups],
+        )
+        return cursor.rowcount == 1
+
+
+def runnable_defer(*, instance_id: int, wakeups: int, seconds: float) -> bool:
+    """Move an instance's mark ``seconds`` into the future unless it was marked again
+    since ``wakeups`` was read: a run that failed unexpectedly is not claimed again at
+    once, in a loop. Needs the caller's commit. Returns whether it moved the mark."""
     d = engine_dialect()
     with connection.cursor() as cursor:
-        # One list parameter instead of an IN list of thousands: one prepared statement.
         cursor.execute(
-            f"UPDATE {Instance._meta.db_table} SET enqueued_at = {d.now} WHERE id {d.id_in}",
-            [d.list_param(ids)],
+            f"UPDATE {_TABLE} SET runnable_at = {d.base.plus_seconds} "
+            "WHERE id = %s AND wakeups = %s",
+            [d.base.seconds_param(seconds), instance_id, wakeups],
         )
+        return cursor.rowcount == 1
+
+
+def instances_claim(*, holder: str, limit: int, ttl: float) -> list[Claim]:
+    """Claim up to ``limit`` runnable instances for ``holder``, their leases taken.
+
+    Owns its commit. On PostgreSQL one statement: pick (``SKIP LOCKED``), lease, return.
+    On SQLite, whose writers take turns (``BEGIN IMMEDIATE``), two in one transaction.
+    """
+    d = engine_dialect()
+    now = d.now_once  # read once: the runnable index bounds the scan by it
+    # Not live, and its row not held by a transaction (a paused holder mid-commit):
+    # waiting for that row would stall every claim of this cluster.
+    takeable = lease_takeable_sql(_KEY.format("i.id"), now=now)
+    pick = (
+        f"SELECT i.id, i.wakeups FROM {_TABLE} i "
+        f"WHERE i.runnable_at <= {now} AND {takeable} "
+        f"ORDER BY i.runnable_at LIMIT %s"
+    )
+    with engine_commit(), connection.cursor() as cursor:
+        if d.chained_writes:
+            leases, params = leases_acquire_sql(
+                keys=f"SELECT {_KEY.format('id')} AS key FROM picked",
+                params=[],
+                holder=holder,
+                ttl=ttl,
+            )
+            cursor.execute(
+                f"WITH picked AS ({pick} {d.skip_locked}), leased AS ({leases}) "
+                f"SELECT picked.id, picked.wakeups, leased.fence FROM picked "
+                f"JOIN leased ON leased.key = {_KEY.format('picked.id')}",
+                [limit, *params],
+            )
+            return [Claim(pk, fence, holder, wakeups) for pk, wakeups, fence in cursor.fetchall()]
+        cursor.execute(pick, [limit])
+        picked = dict(cursor.fetchall())
+        if not picked:
+            return []
+        leases, params = leases_acquire_sql(
+            keys=f"SELECT {_KEY.format('value')} AS key FROM json_each(%s)",
+            params=[d.list_param(list(picked))],
+            holder=holder,
+            ttl=ttl,
+        )
+        cursor.execute(leases, params)
+        fences = {key: fence for key, fence in cursor.fetchall()}
+    return [
+        Claim(pk, fences[f"instance:{pk}"], holder, wakeups)
+        for pk, wakeups in picked.items()
+        if f"instance:{pk}" in fences
+    ]
 
 
 def enqueue_sweep() -> None:

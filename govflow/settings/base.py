@@ -248,7 +248,6 @@ RECOVERY_ANCHOR_INTERVAL = float(os.environ.get("GOVFLOW_ANCHOR_INTERVAL", 10))
 GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))
 GOVFLOW_MAX_STEPS_PER_RUN = int(os.environ.get("GOVFLOW_MAX_STEPS_PER_RUN", 500))
 GOVFLOW_RUN_BUDGET = float(os.environ.get("GOVFLOW_RUN_BUDGET", 25))
-GOVFLOW_REENQUEUE_AFTER = float(os.environ.get("GOVFLOW_REENQUEUE_AFTER", 30))
 GOVFLOW_SWEEP_LEASE_TTL = float(os.environ.get("GOVFLOW_SWEEP_LEASE_TTL", 10))
 GOVFLOW_SWEEP_TICK = float(os.environ.get("GOVFLOW_SWEEP_TICK", 0.25))
 GOVFLOW_SWEEP_DURATION = float(os.environ.get("GOVFLOW_SWEEP_DURATION", 40))
@@ -330,6 +329,9 @@ Q_CLUSTER = {
     # Successful tasks are not stored (an advance task's outcome is in the instance, its
     # tokens and the ledger; storing it cost a commit per task). Failures always are.
     "save_limit": int(os.environ.get("GOVFLOW_Q_SAVE_LIMIT", -1)),
+    # Instance runs are claimed where they are recorded (ADR 0026); other tasks use the
+    # ORM broker's queue as before.
+    "broker_class": "govflow.engine.broker.ClaimBroker",
     "guard_cycle": 0.5,
     "label": "Task queue",
 }

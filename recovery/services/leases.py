@@ -36,10 +36,13 @@ __all__ = [
     "fence_condition",
     "fenced_update",
     "lease_acquire",
+    "lease_handover",
+    "lease_live_sql",
     "lease_release",
     "lease_release_if_held",
     "lease_renew",
     "lease_require_live",
+    "leases_acquire_sql",
 ]
 
 _TABLE = Lease._meta.db_table
@@ -94,6 +97,83 @@ def lease_acquire(*, key: str, holder: str, ttl: float) -> Fence:
             "released; its holder's work is still in progress."
         )
     return Fence(key=key, holder=holder, fence=row[0])
+
+
+def leases_acquire_sql(
+    *, keys: str, params: list[object], holder: str, ttl: float
+) -> tuple[str, list[object]]:
+    """:func:`lease_acquire` for every key a query of the caller's yields, as one statement.
+
+    ``keys`` is a ``SELECT`` whose column ``key`` is the lease key (``params`` its
+    parameters). Returns ``(sql, params)`` of an ``INSERT … ON CONFLICT`` that takes each
+    of those leases that is free or expired (fence + 1, expiry by database time) and
+    yields ``key, fence`` for each one taken; a lease still held is passed over, not an
+    error. For a statement of the caller's (a ``WITH`` item on PostgreSQL), in the
+    caller's transaction: a claim that takes many leases at once.
+    """
+    _validate("keys", holder, ttl)
+    d = dialect()
+    sql = (
+        f"INSERT INTO {_TABLE} (key, holder, fence, acquired_at, expires_at, released_at) "
+        f"SELECT wanted.key, %s, 1, {d.now}, {d.plus_seconds}, NULL "
+        f"FROM ({keys}) AS wanted WHERE true "
+        f"ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, "
+        f"fence = {_TABLE}.fence + 1, acquired_at = excluded.acquired_at, "
+        f"expires_at = excluded.expires_at, released_at = NULL "
+        f"WHERE {_TABLE}.holder IS NULL OR {_TABLE}.expires_at <= {d.now} "
+        f"RETURNING key, fence"
+    )
+    return sql, [holder, d.seconds_param(ttl), *params]
+
+
+def lease_live_sql(key: str, *, now: str | None = None) -> str:
+    """An SQL condition that holds while the lease whose key is the expression ``key`` is
+    live, for a query of the caller's; ``now`` is the clock expression (the database
+    clock by default). No parameters."""
+    return (
+        f"EXISTS (SELECT 1 FROM {_TABLE} live WHERE live.key = {key} "
+        f"AND live.expires_at > {now or dialect().now})"
+    )
+
+
+def lease_takeable_sql(key: str, *, now: str | None = None) -> str:
+    """An SQL condition that holds when the lease whose key is the expression ``key`` could
+    be acquired now without waiting: not live, and (PostgreSQL) its row, if any, not
+    locked by another transaction — it is locked here instead (``SKIP LOCKED``), so a
+    statement of the caller's can take it at once. A transaction that holds the row (a
+    stale holder's fenced write, paused mid-commit) is passed over, not waited for.
+    No parameters."""
+    d = dialect()
+    free = f"NOT {lease_live_sql(key, now=now)}"
+    if not d.share_lock:  # SQLite: one writer at a time, nobody else holds a row
+        return free
+    return (
+        f"{free} AND (NOT EXISTS (SELECT 1 FROM {_TABLE} lk WHERE lk.key = {key}) "
+        f"OR EXISTS (SELECT 1 FROM {_TABLE} lk WHERE lk.key = {key} FOR UPDATE SKIP LOCKED))"
+    )
+
+
+def lease_handover(*, fence: Fence, holder: str, ttl: float) -> Fence:
+    """Pass a live lease to ``holder``: fence + 1, expiry renewed by database time.
+
+    For a lease taken on someone else's behalf (a claim that takes many leases, handed to
+    the process that does the work), so the lease names the process that holds it now.
+    Raises :class:`StaleFence` (changing nothing) when ``fence`` is no longer live.
+    """
+    _validate(fence.key, holder, ttl)
+    d = dialect()
+    with atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET holder = %s, fence = fence + 1, acquired_at = {d.now}, "
+            f"expires_at = {d.plus_seconds} "
+            f"WHERE key = %s AND holder = %s AND fence = %s AND expires_at > {d.now} "
+            f"RETURNING fence",
+            [holder, d.seconds_param(ttl), fence.key, fence.holder, fence.fence],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise _stale(fence, "hand the lease over")
+    return Fence(key=fence.key, holder=holder, fence=row[0])
 
 
 def fence_condition(fence: Fence) -> tuple[str, list[object]]:

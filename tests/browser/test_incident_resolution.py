@@ -8,11 +8,11 @@ the instance is queued to continue.
 from __future__ import annotations
 
 import pytest
-from django_q.models import OrmQ
 
 from govflow.engine.models import InstanceStatus
 from recovery import api
 from recovery.models import IncidentResolution, IntegrityIncident, Operation
+from tests.engine_helpers import marked_runnable, unmark_all
 from tests.flows import action, drive, linear, start
 
 from .conftest import make_user
@@ -78,14 +78,14 @@ def test_an_incident_is_followed_from_its_instance_and_resolved_by_two_people(
     rob.log_in("rob", "pw-rob")
     rob.open(f"/admin/recovery/integrityincident/{incident.pk}/change/")
     assert RATIONALE in rob.section("Resolution")
-    OrmQ.objects.all().delete()
+    unmark_all()
     rob.press("Approve resolution")
     assert any(
         f"Incident {incident.pk} is resolved" in m and f"Instance {instance.pk} is queued" in m
         for m in rob.messages()
     )
     assert "approved by rob" in rob.section("Incident")
-    assert [row.task["args"] for row in OrmQ.objects.all()] == [(instance.pk,)]
+    assert marked_runnable() == [instance.pk]
     rob.follow(f"open workflow instance {instance.pk}")
     assert "Blocked by" not in rob.section("Status")
     rob.screenshot(tmp_path / "resolved.png")

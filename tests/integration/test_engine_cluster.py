@@ -10,7 +10,6 @@ from django.core.management import call_command, get_commands, load_command_clas
 from django.db.models.functions import Now
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
-from django_q.models import OrmQ
 
 from govflow.engine import cluster as cluster_module
 from govflow.engine.cluster import SweeperThread, SweepingCluster, cluster_run
@@ -18,7 +17,7 @@ from govflow.engine.models import Timer, TokenState
 from govflow.engine.services import sweep
 from govflow.engine.services.sweep import SWEEPER
 from recovery.models import Lease
-from tests.engine_helpers import node, token_of
+from tests.engine_helpers import marked_runnable, node, token_of, unmark_all
 from tests.flows import drive, linear, start
 
 
@@ -141,16 +140,17 @@ def test_the_sweeper_thread_survives_an_error_and_stands_by_again(monkeypatch):
 def test_the_sweeper_thread_fires_due_timers_and_releases_its_lease_when_stopped(monkeypatch):
     instance = drive(start(linear(node("t", "timer", duration="PT0S"))))
     Timer.objects.update(due_at=Now())
-    OrmQ.objects.all().delete()
+    unmark_all()
     fired = threading.Event()
-    real = sweep.fired_queue
+    real = sweep.timers_fire_only
 
-    def fired_queue(instance_ids):
-        real(instance_ids)
+    def timers_fire_only(**kwargs):
+        instance_ids = real(**kwargs)
         if instance_ids:
             fired.set()
+        return instance_ids
 
-    monkeypatch.setattr(sweep, "fired_queue", fired_queue)
+    monkeypatch.setattr(sweep, "timers_fire_only", timers_fire_only)
     stop = threading.Event()
     thread = SweeperThread(stop_event=stop)
     thread.start()
@@ -162,6 +162,6 @@ def test_the_sweeper_thread_fires_due_timers_and_releases_its_lease_when_stopped
     assert not thread.is_alive()
     assert Timer.objects.get(instance=instance).state == "fired"
     assert token_of(instance, "t").state == TokenState.READY
-    assert [row.task["args"] for row in OrmQ.objects.all()] == [(instance.pk,)]
+    assert marked_runnable() == [instance.pk]
     lease = Lease.objects.get(key=SWEEPER)
     assert lease.holder is None and lease.fence >= 1

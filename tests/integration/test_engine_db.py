@@ -70,7 +70,7 @@ def test_a_sweeper_that_loses_its_lease_between_statements_changes_nothing(monke
     assert set(Token.objects.filter(node_id="t").values_list("state", flat=True)) == {
         TokenState.WAITING
     }
-    assert Instance.objects.filter(pk__in=ids, enqueued_at__isnull=False).count() == 3
+    assert Instance.objects.filter(pk__in=ids, runnable_at__isnull=True).count() == 3
 
 
 def test_a_database_other_than_postgresql_or_sqlite_is_refused_with_what_to_use():

@@ -1,4 +1,5 @@
-"""The sweep: due timers fire in batches, orphans are queued at once, one sweeper loop."""
+"""The sweep: due timers fire in batches and mark their instances, dead holders' leases
+expire at once, one sweeper loop (ADR 0005, 0026)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 from django_q.models import OrmQ
+from django_q.tasks import async_task
 
 from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
-from govflow.engine.queue import ADVANCE, ADVANCE_GROUP, SWEEP
-from govflow.engine.services import sweep, timers
+from govflow.engine.queue import SWEEP, instances_claim
+from govflow.engine.services import sweep
 from govflow.engine.services.run import instance_lease_key
 from govflow.engine.services.sweep import (
     SWEEPER,
@@ -56,7 +58,7 @@ def waiting_on_timers(count: int) -> list[int]:
         batch_size=300,
     )
     Timer.objects.update(due_at=Now())
-    OrmQ.objects.all().delete()
+    Instance.objects.update(runnable_at=None, wakeups=0)
     return [template.pk, *(i.pk for i in copies)]
 
 
@@ -66,9 +68,9 @@ def _copy(obj, **changes):
 
 
 def queued_instances() -> list[int]:
-    tasks = [row.task for row in OrmQ.objects.order_by("pk")]
-    assert all(t["func"] == ADVANCE and t["group"] == ADVANCE_GROUP for t in tasks), tasks
-    return [t["args"][0] for t in tasks]
+    """The instances marked runnable: what a worker's next claim takes (ADR 0026)."""
+    marked = Instance.objects.filter(runnable_at__isnull=False).order_by("pk")
+    return list(marked.values_list("pk", flat=True))
 
 
 def test_due_timers_fire_in_one_batch_with_a_fixed_number_of_statements():
@@ -87,11 +89,11 @@ def test_due_timers_fire_in_one_batch_with_a_fixed_number_of_statements():
         assert set(Token.objects.filter(node_id="t").values_list("state", flat=True)) == {
             TokenState.READY
         }
-        assert sorted(queued_instances()) == sorted(ids), "one advance task per instance"
-        assert not Instance.objects.filter(pk__in=ids, enqueued_at__isnull=True).exists()
-    # Two commits (the facts, then the tasks): on PostgreSQL 3 statements, on SQLite 5,
-    # plus a savepoint pair per commit inside this test's transaction.
-    assert len(statements[3]) == len(statements[300]) <= 10, statements
+        assert sorted(queued_instances()) == sorted(ids), "every instance marked runnable"
+        assert set(Instance.objects.filter(pk__in=ids).values_list("wakeups", flat=True)) == {1}
+    # One commit (the facts and the marks): on PostgreSQL 1 statement, on SQLite 4, plus
+    # a savepoint pair inside this test's transaction.
+    assert len(statements[3]) == len(statements[300]) <= 6, statements
 
 
 def test_a_full_batch_leaves_the_rest_for_the_next_one():
@@ -116,7 +118,7 @@ def test_timers_not_due_yet_stay_scheduled():
     Timer.objects.update(due_at=Now() + dt.timedelta(hours=1))
     assert timers_fire(fence=sweeper_fence()) == 0
     assert set(Timer.objects.values_list("state", flat=True)) == {"scheduled"}
-    assert not OrmQ.objects.exists()
+    assert queued_instances() == []
 
 
 def test_a_stale_sweeper_fence_fires_nothing_and_queues_nothing():
@@ -129,7 +131,7 @@ def test_a_stale_sweeper_fence_fires_nothing_and_queues_nothing():
     assert set(Token.objects.filter(node_id="t").values_list("state", flat=True)) == {
         TokenState.WAITING
     }
-    assert not OrmQ.objects.exists(), "no task queued by a stale sweeper"
+    assert queued_instances() == [], "nothing marked by a stale sweeper"
     assert timers_fire(fence=new) == 4
     Timer.objects.update(state="scheduled")
     api.lease_release(fence=new)
@@ -145,41 +147,35 @@ def test_a_stale_sweeper_with_nothing_due_learns_it_lost_its_lease():
         timers_fire(fence=old)
 
 
-def dead_worker(settings) -> Instance:
-    """An instance queued a moment ago whose worker took its lease and then died."""
-    settings.GOVFLOW_REENQUEUE_AFTER = 3600  # the stale-enqueue rule alone would wait an hour
+def dead_worker() -> Instance:
+    """An instance claimed a moment ago whose worker took its lease and then died."""
     instance = start(linear(action("a")))
-    instance.refresh_from_db()
-    assert instance.enqueued_at is not None
-    api.lease_acquire(key=instance_lease_key(instance.pk), holder="worker-killed", ttl=0.3)
+    [claim] = instances_claim(holder="worker-killed", limit=5, ttl=0.3)
+    assert claim.instance_id == instance.pk
     Token.objects.filter(instance=instance, node_id="a").update(state=TokenState.EXECUTING)
-    OrmQ.objects.all().delete()
     return instance
 
 
-def test_an_orphan_is_requeued_as_soon_as_its_lease_expires(settings):
-    instance = dead_worker(settings)
+def test_an_orphan_is_claimed_again_as_soon_as_its_lease_expires_without_a_sweep():
+    instance = dead_worker()
     fence = sweeper_fence()
-    assert instances_requeue(fence=fence) == 0, "its lease is still live"
+    assert instances_claim(holder="worker-2", limit=5, ttl=30) == [], "its lease is live"
+    assert instances_requeue(fence=fence) == 0, "still marked: nothing for the sweep to do"
     wait_until_expired(instance_lease_key(instance.pk))
-    assert instances_requeue(fence=fence) == 1
-    assert queued_instances() == [instance.pk]
-    # Queued once: its new enqueue is later than the lease's expiry.
-    assert instances_requeue(fence=fence) == 0
-    assert queued_instances() == [instance.pk]
-    # The requeued run rehydrates the step the dead worker left executing.
+    [claim] = instances_claim(holder="worker-2", limit=5, ttl=30)
+    assert claim.instance_id == instance.pk
+    # The claimed run rehydrates the step the dead worker left executing.
+    api.lease_release(fence=api.Fence(instance_lease_key(instance.pk), "worker-2", claim.fence))
     assert drive(instance).status == InstanceStatus.COMPLETED
 
 
-def test_a_queued_instance_without_a_lease_is_requeued_after_the_reenqueue_period(settings):
-    settings.GOVFLOW_REENQUEUE_AFTER = 0.5
+def test_runnable_work_without_a_mark_is_marked_by_the_sweep_once():
     instance = start(linear(action("a")))
-    OrmQ.objects.all().delete()  # its task was lost (a Redis broker crashed, say)
+    Instance.objects.update(runnable_at=None)  # a backoff ran out: nobody marked it
     fence = sweeper_fence()
-    # No lease was ever taken: its task may just be waiting in a long queue.
-    assert instances_requeue(fence=fence) == 0
-    time.sleep(0.6)
     assert instances_requeue(fence=fence) == 1
+    assert queued_instances() == [instance.pk]
+    assert instances_requeue(fence=fence) == 0, "marked already: once is enough"
     assert queued_instances() == [instance.pk]
 
 
@@ -262,8 +258,9 @@ def test_the_sweep_task_sweeps_then_hands_over_to_its_successor():
     ids = waiting_on_timers(2)
     stats = sweep_loop(duration=0)
     assert stats["timers"] == 2
+    assert sorted(queued_instances()) == sorted(ids)
     tasks = [row.task["func"] for row in OrmQ.objects.order_by("pk")]
-    assert sorted(tasks) == sorted([ADVANCE] * len(ids) + [SWEEP])
+    assert tasks == [SWEEP], "runs are claimed, not queued: only the successor is a task"
     assert Lease.objects.get(key=SWEEPER).holder is None
 
 
@@ -279,13 +276,14 @@ def a_dead_process_holder() -> str:
     return f"{host_id()}:{child.pid}:1"
 
 
-def test_a_dead_workers_lease_is_expired_and_its_instance_requeued_at_once(settings):
-    settings.GOVFLOW_REENQUEUE_AFTER = 3600
+def test_a_dead_workers_lease_is_expired_and_its_instance_claimable_at_once():
     instance = start(linear(action("a")))
     dead = api.lease_acquire(
         key=instance_lease_key(instance.pk), holder=a_dead_process_holder(), ttl=3600
     )
+    Instance.objects.update(runnable_at=None)
     # A task the dead cluster had claimed: locked for django-q2's retry period.
+    async_task("math.floor", 1.5)
     OrmQ.objects.update(lock=Now() + dt.timedelta(seconds=180))
     fence = sweeper_fence()
     assert sweep.dead_holders_expire(fence=fence) == 1
@@ -294,8 +292,8 @@ def test_a_dead_workers_lease_is_expired_and_its_instance_requeued_at_once(setti
     from django.utils import timezone
 
     assert not OrmQ.objects.filter(lock__gt=timezone.now()).exists(), "handed out again"
-    assert instances_requeue(fence=fence) == 1
-    assert drive(instance).status == InstanceStatus.COMPLETED
+    assert queued_instances() == [instance.pk], "marked in the commit that expired it"
+    assert [c.instance_id for c in instances_claim(holder="w", limit=5, ttl=30)] == [instance.pk]
 
 
 def test_live_holders_and_other_hosts_are_left_to_their_lease(settings):
@@ -317,6 +315,7 @@ def test_a_standby_takes_over_at_once_from_a_sweeper_whose_process_is_gone(monke
 
     start(linear(action("a")))
     # A task the dead sweeper's cluster had claimed: locked for django-q2's retry period.
+    async_task("math.floor", 1.5)
     OrmQ.objects.update(lock=Now() + dt.timedelta(seconds=180))
     dead = sweeper_fence(holder=a_dead_process_holder(), ttl=3600)
     stop = threading.Event()
@@ -338,25 +337,3 @@ def test_a_stale_sweeper_expires_nobodys_lease(settings):
     with pytest.raises(api.StaleFence):
         sweep.dead_holders_expire(fence=old)
     assert Lease.objects.filter(key=dead.key, expires_at__gt=Now()).exists()
-
-
-def test_instances_whose_timers_fired_are_queued_even_if_the_sweeper_stopped_between(
-    monkeypatch, settings
-):
-    """The facts commit first; if the tasks never follow, the next pass queues them."""
-    settings.GOVFLOW_REENQUEUE_AFTER = 3600
-    ids = waiting_on_timers(3)
-    fence = sweeper_fence()
-
-    def killed(instance_ids):
-        raise RuntimeError("the sweeper died here")
-
-    monkeypatch.setattr(timers, "fired_queue", killed)
-    with pytest.raises(RuntimeError):
-        timers_fire(fence=fence)
-    assert queued_instances() == []
-    assert set(Timer.objects.values_list("state", flat=True)) == {"fired"}
-    assert Instance.objects.filter(pk__in=ids, enqueued_at__isnull=True).count() == 3
-    monkeypatch.undo()
-    assert instances_requeue(fence=fence) == 3
-    assert sorted(queued_instances()) == sorted(ids)

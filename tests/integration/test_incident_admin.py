@@ -14,13 +14,12 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
-from django_q.models import OrmQ
 
 from govflow.engine.models import Instance
 from recovery import api
 from recovery.models import Checkpoint, IncidentResolution, IntegrityIncident, Operation
+from tests.engine_helpers import marked_runnable, unmark_all, user_with
 from tests.engine_helpers import subject as subject_of_instance
-from tests.engine_helpers import user_with
 from tests.flows import action, drive, linear, start
 from tests.identity import verified_login
 
@@ -194,7 +193,7 @@ def test_a_resolution_is_requested_and_approved_by_a_second_person_in_the_admin(
     html = ops_rob.get(page(incident)).content.decode()
     assert "Approve resolution" in html and "Reject resolution" in html
     assert "Withdraw request" not in html and RATIONALE in html
-    OrmQ.objects.all().delete()
+    unmark_all()
     response = ops_rob.post(action_url("approve", incident), follow=True)
     length = api.subject_revision(subject_of_instance(instance))
     assert messages_of(response) == [
@@ -263,12 +262,12 @@ def test_approving_an_instances_incident_in_the_admin_queues_the_instance(rita, 
     logged_in(rita).post(
         action_url("request", incident), {"rationale": RATIONALE, "watermark": "0"}
     )
-    OrmQ.objects.all().delete()
+    unmark_all()
     response = logged_in(rob).post(action_url("approve", incident), follow=True)
     (message,) = messages_of(response)
     assert message.startswith(f"Incident {incident.pk} is resolved: the chain of govflow.instance:")
     assert message.endswith(f"Instance {instance.pk} is queued to continue.")
-    assert [row.task["args"] for row in OrmQ.objects.all()] == [(instance.pk,)]
+    assert marked_runnable() == [instance.pk]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -14,17 +14,15 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connections, transaction
-from django_q.models import OrmQ
 
 from govflow.engine.models import Incident, InstanceStatus, TokenState
-from govflow.engine.queue import ADVANCE
 from govflow.handoffs.services.desk import approval_decide
 from govflow.handoffs.services.integrity import integrity_incident_resolve_approve
 from recovery import api
 from recovery.models import Checkpoint, IncidentResolution, IntegrityIncident, Operation
 from recovery.services import resolutions as resolution_service
 from recovery.testing import new_subject, record
-from tests.engine_helpers import chain_ok, token_of, user_with
+from tests.engine_helpers import chain_ok, marked_runnable, token_of, unmark_all, user_with
 from tests.engine_helpers import subject as subject_of_instance
 from tests.flows import action, drive, linear, start
 
@@ -464,11 +462,8 @@ def waiting_instance():
 
 
 def advance_tasks(instance) -> int:
-    return sum(
-        1
-        for row in OrmQ.objects.all()
-        if row.task["func"] == ADVANCE and row.task["args"] == (instance.pk,)
-    )
+    """1 when the instance is marked runnable (a worker's next claim takes it), else 0."""
+    return marked_runnable().count(instance.pk)
 
 
 def test_approving_an_instances_incident_queues_it_and_it_continues(
@@ -483,7 +478,7 @@ def test_approving_an_instances_incident_queues_it_and_it_continues(
         instance=instance, kind="integrity", message=incident.reason, created_at=op.recorded_at
     )
     Operation.objects.filter(pk=op.pk).update(input_fp=op.input_fp)
-    OrmQ.objects.all().delete()
+    unmark_all()
 
     request(incident, resolver)
     assert advance_tasks(instance) == 0, "a request queues nothing"
@@ -517,7 +512,7 @@ def test_an_instance_whose_chain_is_still_broken_is_not_queued(resolver, second_
     Operation.objects.filter(pk=op.pk).update(ordinal=op.ordinal)
     request(incident, resolver)
     Operation.objects.filter(pk=op.pk).update(ordinal=9)  # broken again before approval
-    OrmQ.objects.all().delete()
+    unmark_all()
 
     outcome = integrity_incident_resolve_approve(incident_id=incident.pk, actor=second_resolver)
     assert not outcome.resolved
@@ -532,7 +527,7 @@ def test_the_approval_of_an_instances_incident_goes_through_the_engine(resolver,
     subject = subject_of_instance(instance)
     incident = api.incident_report(subject=subject, reason="The projection was edited.")
     request(incident, resolver)
-    OrmQ.objects.all().delete()
+    unmark_all()
     outcome = api.incident_resolve_approve_via_owner(incident_id=incident.pk, actor=second_resolver)
     assert outcome.resolved and advance_tasks(instance) == 1
 

@@ -146,10 +146,9 @@ def test_a_decision_on_an_edited_instance_is_refused(requester, approver):
 
 
 def test_the_sweep_does_not_bring_an_edited_step_back(settings):
-    settings.GOVFLOW_REENQUEUE_AFTER = 0
     instance = uncertain()
     edit_step(instance, "a", state=TokenState.READY)
-    Instance.objects.filter(pk=instance.pk).update(enqueued_at=None, status="running")
+    Instance.objects.filter(pk=instance.pk).update(runnable_at=None, status="running")
     sweep_loop(duration=0, chain=False)
     drive(instance)
     assert_stopped_for_integrity(instance, calls=1)

@@ -8,7 +8,6 @@ import datetime as dt
 import json
 
 import pytest
-from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
@@ -137,7 +136,7 @@ def test_unknown_is_asked_again_with_backoff_up_to_the_budget_then_left_to_the_o
     with registry.override(write):
         assert drive(instance).status == InstanceStatus.BLOCKED
         assert calls == ["reconcile"], "not asked again before it is due"
-        Instance.objects.filter(pk=instance.pk).update(enqueued_at=Now())
+        Instance.objects.filter(pk=instance.pk).update(runnable_at=None)
         assert instance.pk not in _requeue_candidates(100)
         make_due(token)
         assert instance.pk in _requeue_candidates(100), "the sweep queues a due ask"

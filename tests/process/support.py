@@ -38,7 +38,6 @@ FAST = {
     "GOVFLOW_SWEEP_TICK": "0.1",
     "GOVFLOW_SWEEP_FULL_EVERY": "0.5",
     "GOVFLOW_SWEEP_DURATION": "20",
-    "GOVFLOW_REENQUEUE_AFTER": "1",
     "GOVFLOW_Q_WORKERS": "2",
     "GOVFLOW_Q_POLL": "0.1",
 }
@@ -217,7 +216,15 @@ def dump(instance_id: int) -> str:
     out = [f"===== instance {instance_id} ====="]
     instance = (
         Instance.objects.filter(pk=instance_id)
-        .values("status", "reason", "variables", "next_ordinal", "enqueued_at", "completed_at")
+        .values(
+            "status",
+            "reason",
+            "variables",
+            "next_ordinal",
+            "runnable_at",
+            "wakeups",
+            "completed_at",
+        )
         .first()
     )
     if instance is None:
@@ -225,7 +232,8 @@ def dump(instance_id: int) -> str:
     out.append(f"status={instance['status']} reason={instance['reason'][:300]!r}")
     out.append(
         f"variables={instance['variables']} next_ordinal={instance['next_ordinal']} "
-        f"enqueued_at={instance['enqueued_at']} completed_at={instance['completed_at']}"
+        f"runnable_at={instance['runnable_at']} wakeups={instance['wakeups']} "
+        f"completed_at={instance['completed_at']}"
     )
     lease = Lease.objects.filter(key=f"instance:{instance_id}").values().first()
     out.append(f"lease={lease}")
@@ -332,6 +340,7 @@ def queue_mark() -> int:
 
     Tasks a killed cluster had claimed stay in the queue, locked, until django-q2's
     ``retry`` period ends; a test waiting for "its" tasks must not wait for those.
+    Instance runs are not queued (ADR 0026): :func:`queued` counts their marks.
     """
     from django.db.models import Max
     from django_q.models import OrmQ
@@ -340,10 +349,16 @@ def queue_mark() -> int:
 
 
 def queued(*, since: int = 0, group: str = "govflow-advance") -> int:
-    """Tasks of ``group`` newer than ``since`` still in the queue, claimed or not (a task
-    leaves the queue only once its result is saved)."""
+    """Work of ``group`` still to run: for instance runs (``govflow-advance``), the
+    instances marked runnable, claimed or not (a run clears its mark when it ends with
+    nothing left to do); for other tasks, those newer than ``since`` still in django-q2's
+    queue, claimed or not (a task leaves it only once its result is saved)."""
     from django_q.models import OrmQ
 
+    from govflow.engine.models import Instance
+
+    if group == "govflow-advance":
+        return Instance.objects.filter(runnable_at__isnull=False).count()
     return sum(1 for row in OrmQ.objects.filter(pk__gt=since) if row.group() == group)
 
 

@@ -15,7 +15,6 @@ import pytest
 from django.db.models.functions import Now
 
 from govflow.engine.models import Timer, TokenState
-from govflow.engine.queue import ADVANCE
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
 from recovery.models import Lease
@@ -104,10 +103,8 @@ def test_timers_fire_while_every_worker_is_busy(workspace):
     )
     print(f"[timer fired {time.monotonic() - began:.2f} s after it fell due]")
     assert token(waiting.pk, "t").state == TokenState.READY
-    from django_q.models import OrmQ
+    from govflow.engine.models import Instance
 
-    assert any(
-        row.task.get("func") == ADVANCE and row.task.get("args") == (waiting.pk,)
-        for row in OrmQ.objects.all()
-    )
+    # Marked runnable with the firing (ADR 0026): the next free worker's claim takes it.
+    assert Instance.objects.filter(pk=waiting.pk, runnable_at__isnull=False).exists()
     assert cluster.alive()

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from govflow.engine.models import InstanceStatus, TokenState
-from govflow.engine.queue import enqueue_many
+from govflow.engine.queue import instances_mark_runnable
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
 from recovery.models import Lease, Observation, ObservationKind
@@ -43,7 +43,6 @@ LEASE_TTL = float(FAST["GOVFLOW_LEASE_TTL"])
 LONG = {
     "GOVFLOW_LEASE_TTL": "600",
     "GOVFLOW_SWEEP_LEASE_TTL": "600",
-    "GOVFLOW_REENQUEUE_AFTER": "3600",
 }
 
 
@@ -73,11 +72,24 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     # task is queued three times, so both hosts race for the same instances.
     ids = [instance_start(definition=definition, variables={"value": f"h{n}"}).pk for n in (1, 2)]
     ws.watch(*ids)
-    enqueue_many(ids)
-    enqueue_many(ids)
+    instances_mark_runnable(ids)
+    instances_mark_runnable(ids)
     first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
+
+    def parked() -> dict[str, int] | bool:
+        # Claimed by host-a's pusher, then taken over by the two workers that run them
+        # (ADR 0026): two leases, held by two processes, neither of them the pusher.
+        leases = live_instance_leases("host-a")
+        holders = set(Lease.objects.filter(key__in=leases).values_list("holder", flat=True))
+        log = first.log_path.read_text(errors="replace")
+        pusher = (
+            log.split("pushing tasks at ", 1)[1].split()[0] if "pushing tasks at " in log else ""
+        )
+        workers = {h for h in holders if pusher and f":{pusher}:" not in h}
+        return len(leases) == 2 and len(workers) == 2 and leases
+
     held = wait_for(
-        lambda: len(leases := live_instance_leases("host-a")) == 2 and leases,
+        parked,
         timeout=60,
         what="both workers of host-a parked in a step's preview, each holding a lease",
         explain=ws.report,
@@ -132,7 +144,7 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
 ):
     ws = workspace
     ws.pause("after_effect")
-    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", GOVFLOW_REENQUEUE_AFTER="3600")
+    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a")
     wait_until_sweeping(first)
     instance = instance_start(
         definition=definition_publish(document=linear(action("a"), action("b"), key="proc.pause")),
@@ -147,7 +159,6 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
     )
     second = ws.start_cluster(
         GOVFLOW_HOST_ID="host-b",
-        GOVFLOW_REENQUEUE_AFTER="3600",
         ALPHA_PAUSE_DIR=own_pause_dir(ws, "pause-b"),
     )
     wait_for(lambda: len(second.pids()) >= 4, timeout=60, what="host-b's cluster to start")

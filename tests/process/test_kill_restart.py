@@ -6,10 +6,10 @@ never dispatched run again, dispatched ones become ``outcome_unknown`` and wait 
 operator, timers that fell due while everything was down fire once, and finished
 instances stay exactly as they were.
 
-The first cluster of a test that parks a worker mid-step runs with the sweep's
-re-enqueueing switched off (``GOVFLOW_REENQUEUE_AFTER`` of an hour): a parked worker does
-not renew its lease, and the test wants the kill, not a lease expiry inside the first
-cluster, to be what the restarted cluster recovers from.
+The first cluster of a test that parks a worker mid-step runs with ``PARKED`` settings
+(none are needed since runs are claimed where they are recorded, ADR 0026: nothing is
+re-enqueued on a timer any more, and an instance is claimed again only once its lease
+has expired or its holder is known to be dead).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 
 from govflow.engine.errors import EngineConflict
 from govflow.engine.models import Instance, InstanceStatus, Timer, Token, TokenState
-from govflow.engine.queue import enqueue_many
+from govflow.engine.queue import instances_mark_runnable
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start, step_retry
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
@@ -55,7 +55,7 @@ from .support import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE_TTL = float(FAST["GOVFLOW_LEASE_TTL"])
-PARKED = {"GOVFLOW_REENQUEUE_AFTER": "3600"}
+PARKED: dict[str, str] = {}
 
 
 def user(django_user_model, username: str, *perms: str):
@@ -165,7 +165,7 @@ def test_kill_after_a_non_atomic_dispatch_needs_an_operator_decision(workspace, 
     # The provider is not called again: not by the sweep over several lease periods, not
     # by more deliveries of the instances' tasks.
     mark = queue_mark()
-    enqueue_many([confirmed.pk, absent.pk])
+    instances_mark_runnable([confirmed.pk, absent.pk])
     time.sleep(3 * LEASE_TTL)
     wait_queue_drained(ws, since=mark)
     wait_until_sweeping(second)
@@ -302,7 +302,7 @@ def test_a_timer_due_while_everything_is_down_fires_once_after_restart(workspace
 
     # More sweep cycles and redeliveries change nothing about the fired timer.
     mark = queue_mark()
-    enqueue_many([instance.pk])
+    instances_mark_runnable([instance.pk])
     wait_queue_drained(ws, since=mark)
     time.sleep(1)
     assert list(Timer.objects.filter(instance_id=instance.pk).values()) == timers
@@ -334,7 +334,7 @@ def test_instances_completed_before_the_kill_stay_completed(workspace):
     wait_until_sweeping(second)
     # Redeliver every instance's task too, as a broker may.
     mark = queue_mark()
-    enqueue_many(ids)
+    instances_mark_runnable(ids)
     wait_queue_drained(ws, since=mark)
     time.sleep(4 * float(FAST["GOVFLOW_SWEEP_FULL_EVERY"]) + 1)  # several sweep passes
     wait_until_sweeping(second)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from govflow.engine.models import InstanceStatus
-from govflow.engine.queue import enqueue_many
+from govflow.engine.queue import instances_mark_runnable
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_cancel, instance_start
 from recovery.api import OperationState, Subject, compensations_of
@@ -83,7 +83,7 @@ def test_kill_after_a_compensations_dispatch_leaves_it_unknown_never_run_twice(
     )
     # More deliveries of the instance's task call nothing again.
     mark = queue_mark()
-    enqueue_many([instance_id])
+    instances_mark_runnable([instance_id])
     wait_queue_drained(ws, since=mark)
     after = the_compensation(instance_id)
     assert (after.key, after.state) == (planned.key, OperationState.OUTCOME_UNKNOWN)

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from govflow.engine.models import Instance, InstanceStatus, Token, TokenState
-from govflow.engine.queue import ADVANCE, enqueue_many
+from govflow.engine.queue import ADVANCE, instances_mark_runnable
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
 from recovery.api import OperationState, chain_verify
@@ -43,7 +43,6 @@ STEPS = ("a", "b")
 # sweep does not hold a worker for long.
 BUSY = {
     "GOVFLOW_LEASE_TTL": "30",
-    "GOVFLOW_REENQUEUE_AFTER": "30",
     "GOVFLOW_SWEEP_FULL_EVERY": "2",
     "GOVFLOW_Q_WORKERS": "2",
 }
@@ -60,8 +59,8 @@ def test_two_clusters_and_triple_deliveries_complete_every_instance_exactly_once
         ids.append(pk)
         # Each instance's task is delivered twice more, as a broker may redeliver; side
         # by side in the queue, so the copies often run at the same time.
-        enqueue_many([pk])
-        enqueue_many([pk])
+        instances_mark_runnable([pk])
+        instances_mark_runnable([pk])
 
     started = time.monotonic()
     clusters = [ws.start_cluster(**BUSY), ws.start_cluster(**BUSY)]

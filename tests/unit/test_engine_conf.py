@@ -128,3 +128,22 @@ def test_the_table_says_which_settings_base_reads_from_the_environment():
     for setting in conf.SETTINGS:
         reads = f'os.environ.get("{setting.name}"' in source
         assert reads == setting.environment, setting.name
+
+
+@pytest.mark.parametrize("broker", [None, "django_q.brokers.orm.ORM", "no.such.Broker"])
+def test_a_qcluster_without_the_claim_broker_is_an_error(settings, broker):
+    from govflow.engine.checks import check_claim_broker
+
+    settings.Q_CLUSTER = {k: v for k, v in settings.Q_CLUSTER.items() if k != "broker_class"}
+    if broker:
+        settings.Q_CLUSTER["broker_class"] = broker
+    found = check_claim_broker(None)
+    assert ids(found) == ["engine.E006"]
+    assert "no workflow would ever move on" in found[0].msg
+    assert "govflow.engine.broker.ClaimBroker" in found[0].hint
+
+
+def test_the_claim_broker_passes_its_check():
+    from govflow.engine.checks import check_claim_broker
+
+    assert check_claim_broker(None) == []

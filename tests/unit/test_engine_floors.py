@@ -19,7 +19,7 @@ FLOORS = [
     ("govflow.engine.states", "states, the table of step moves"),
     ("govflow.engine.db", "the engine commit, the clock, the SQL dialect"),
     ("govflow.engine.liveness", "who holds a lease, and whether it is alive"),
-    ("govflow.engine.queue", "queueing advance tasks"),
+    ("govflow.engine.queue", "marking instances runnable, claiming them"),
     ("govflow.engine.projection", "the projection's fingerprint"),
     ("govflow.engine.services.routing", "moving tokens along transitions (plans writes)"),
     ("govflow.engine.services.triggers", "messages: delivered, buffered, taken"),

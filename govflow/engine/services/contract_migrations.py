@@ -29,7 +29,7 @@ from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_text
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
 from ..projection import instance_subject
-from ..queue import enqueue_advance
+from ..queue import instance_mark_runnable
 from ..registry import registry
 from ..states import TERMINAL_STATUSES
 from .instances import InstanceHeld
@@ -220,7 +220,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
                 if status != InstanceStatus.BLOCKED:
                     values.update(status=status, reason="")
             fenced_update_row(Instance, pk=instance.pk, fence=run.fence, values=values)
-            enqueue_advance(instance.pk)
+            instance_mark_runnable(instance.pk)
     migration.refresh_from_db()
     return migration
 

@@ -28,7 +28,7 @@ from ..definitions.schemas import schema_error_text
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, payload_max_bytes
 from ..models import ExternalTask, InstanceStatus, ReportKind, TaskState, TokenState
-from ..queue import enqueue_advance
+from ..queue import instance_mark_runnable
 from .definitions import spec_of
 from .external_queue import report_keep, task_held, task_refusal
 from .instances import InstanceHeld, instance_cancel
@@ -112,7 +112,7 @@ def task_complete(*, task_id: int, fence: int, worker: str, variables: dict[str,
             report_keep(task_id=task_id, kind=ReportKind.COMPLETE, fence=fence, worker=worker)
             run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=variables)
             run.flush(Router(run))
-            enqueue_advance(run.instance.pk)
+            instance_mark_runnable(run.instance.pk)
     except _Lost as lost:
         _refuse(task_id, ReportKind.COMPLETE, fence, worker, variables, "", lost)
 

@@ -34,7 +34,7 @@ from ..models import (
     TokenState,
 )
 from ..projection import instance_subject, projection_of
-from ..queue import enqueue_advance
+from ..queue import instance_mark_runnable
 from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
 from .rehydration import rehydrate
@@ -109,7 +109,7 @@ def instance_start(
             subject=instance_subject(instance.pk),
             projection_fp=projection_of(instance, [start]),
         )
-        enqueue_advance(instance.pk)
+        instance_mark_runnable(instance.pk)
     instance.refresh_from_db()
     return instance
 
@@ -284,7 +284,7 @@ def step_retry(*, instance_id: int, token_id: int, actor) -> Instance:
             )
             run.active[token.pk] = token
             run.flush(Router(run), status=InstanceStatus.RUNNING, reason="")
-            enqueue_advance(instance_id)
+            instance_mark_runnable(instance_id)
     return Instance.objects.get(pk=instance_id)
 
 

@@ -3,8 +3,10 @@
 The protocol (invariants I1-I12), at its one home:
 
 1. ``instance_run`` acquires the instance lease (fence + 1, expiry by database time) and
-   loads the instance, in one commit. A second delivery of the same task, or a second
-   cluster, finds the lease held and leaves.
+   loads the instance, in one commit. A worker's run was claimed with its lease already
+   taken (``queue.instances_claim``, ADR 0026): that commit hands the lease to the worker
+   (fence + 1 again) instead. A second run, or a second cluster, finds the lease held
+   (or its claim's fence stale) and leaves.
 2. Before anything moves, the load is checked (I12): the definition's stored bytes must
    hash to the instance's pin and still resolve, the action contracts must match, no
    integrity incident may be open, and the stored variables and steps must equal the
@@ -31,8 +33,10 @@ The protocol (invariants I1-I12), at its one home:
    (``KeptAnswer``) and recorded after the incident is resolved, never guessed unknown.
 6. An atomic step is one commit: the provider's writes share the engine's transaction.
 7. The lease is renewed between steps (and by a thread during a provider call); it is
-   released in the commit that ends the instance (``Run.commit``, the one place), or
-   else at the end of the run together with a look for work released meanwhile.
+   released in the commit that ends the instance (``Run.commit``, the one place; that
+   commit also clears the instance's runnable mark), or else at the end of the run
+   together with a look for work released meanwhile: work left marks the instance
+   runnable again, none clears a claimed run's mark unless it was marked meanwhile.
 
 Transactions: every function of the engine's services says whether it *owns* its commit
 (opens and closes it: ``Run.commit``, ``db.engine_commit``) or *needs* the caller's.
@@ -54,7 +58,9 @@ from recovery.api import (
     Fence,
     IntegrityViolation,
     LeaseHeld,
+    StaleFence,
     lease_acquire,
+    lease_handover,
     lease_release_if_held,
 )
 
@@ -62,7 +68,7 @@ from ..conf import lease_ttl, max_steps_per_run, run_budget
 from ..db import clock, engine_commit
 from ..liveness import worker_name
 from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..queue import enqueue_advance
+from ..queue import Claim, instance_mark_runnable, runnable_clear, runnable_defer
 from ..states import TERMINAL_STATUSES
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
@@ -83,6 +89,9 @@ __all__ = ["RunReport", "instance_run"]
 
 log = logging.getLogger("govflow.engine")
 
+RETRY_AFTER_ERROR = 30.0
+"""Seconds before an instance whose claimed run failed unexpectedly is claimed again."""
+
 
 @dataclass
 class RunReport:
@@ -92,11 +101,16 @@ class RunReport:
     skipped: str = ""
     stale: bool = False
     more: bool = False
+    settled: bool = False
+    """The run ended without an unexpected error: what it found is all there was."""
 
 
-def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
+def instance_run(
+    *, instance_id: int, worker: str | None = None, claim: Claim | None = None
+) -> RunReport:
     """Advance one instance as far as it can go now. Safe to call any number of times.
 
+    With ``claim``, the instance was claimed for this run with its lease (ADR 0026).
     Owns its commits (protocol above). Outside any transaction.
     """
     report = RunReport(instance_id)
@@ -104,13 +118,15 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
     try:
         # Taking the lease and reading the instance are one transaction (one commit).
         with engine_commit():
-            fence = lease_acquire(
-                key=instance_lease_key(instance_id), holder=worker, ttl=lease_ttl()
-            )
+            fence = _lease_take(instance_id, worker, claim)
             run = load_run(instance_id, fence)
     except LeaseHeld:
         report.skipped = "lease held by another worker"
         log.info("instance %s: %s; leaving it to them", instance_id, report.skipped)
+        return report
+    except StaleFence:
+        report.skipped = "claim lapsed: its lease expired before a worker could start"
+        log.info("instance %s: %s; the next claim takes it", instance_id, report.skipped)
         return report
     looped = False
     try:
@@ -120,19 +136,23 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
         report.status = run.instance.status
         if run.instance.status in TERMINAL_STATUSES:
             report.steps += saga_run(run)  # an ended instance's compensations (saga)
+            report.settled = True
             return report
         if _refused_at_load(run):
             report.status = run.instance.status
+            report.settled = True
             return report
         unblock_after_integrity(run)
         rehydrate(run)  # before the budget is set: nothing is chained from it
         looped = True
         _loop(run, report)
         report.status = run.instance.status
+        report.settled = True
     except IntegrityViolation as exc:
         # Every step path stops for integrity itself; this is the last line of defence.
         log.error("instance %s stopped for integrity: %s", instance_id, exc)
         report.status = _stop_for_integrity(run, exc)
+        report.settled = True
     except ConflictError as exc:
         # StaleFence, or a late answer after another holder settled the step: this
         # worker's view is stale. Nothing it tried was written; the holder carries on.
@@ -144,10 +164,20 @@ def instance_run(*, instance_id: int, worker: str | None = None) -> RunReport:
             exc,
         )
     finally:
-        _lease_release_and_requeue(run, fence, report, check=looped and not report.stale)
+        _lease_release_and_requeue(run, fence, report, check=looped and report.settled, claim=claim)
     if looped and not report.stale:
         saga_enqueue_if_due(run)  # it failed: its compensations run in a run of their own
     return report
+
+
+def _lease_take(instance_id: int, worker: str, claim: Claim | None) -> Fence:
+    """The instance's lease for this run (needs the caller's commit): acquired, or the
+    claim's handed over to ``worker``; ``LeaseHeld`` / ``StaleFence`` when it cannot be."""
+    key = instance_lease_key(instance_id)
+    if claim is None:
+        return lease_acquire(key=key, holder=worker, ttl=lease_ttl())
+    claimed = Fence(key=key, holder=claim.holder, fence=claim.fence)
+    return lease_handover(fence=claimed, holder=worker, ttl=lease_ttl())
 
 
 def _refused_at_load(run: Run) -> bool:
@@ -266,25 +296,40 @@ def _stop_for_integrity(run: Run, exc: IntegrityViolation) -> str:
 
 
 def _lease_release_and_requeue(
-    run: Run | None, fence: Fence, report: RunReport, *, check: bool
+    run: Run | None, fence: Fence, report: RunReport, *, check: bool, claim: Claim | None
 ) -> None:
     """Release the lease (own commit) unless the commit that ended the instance did;
-    queue the instance again if work is left that may run now.
+    mark the instance runnable again if work is left that may run now, or else clear the
+    claimed run's mark.
 
-    Work is left when this run stopped at its step or time budget, or when a timer, a
-    message or a decision released a token while this run held the lease: their own
-    task found the lease held and left. Release and check are one transaction, so such
-    a change either is seen here or its task finds the lease free.
+    Work is left when this run stopped at its step or time budget. A timer, a message or
+    a decision that released a token while this run held the lease marked the instance
+    itself (``wakeups`` grew): its mark is kept, and the next claim takes it once the
+    lease is released here. The mark is cleared only when this run released a live lease
+    and ended as it meant to (``report.settled``).
     """
     check = check and run is not None and run.instance.status not in TERMINAL_STATUSES
     if run is not None and run.released:
+        # The commit that ended the instance (or a saga's last) released the lease; a
+        # claimed mark made since (a compensation still to run) stays.
+        if claim is not None and report.settled:
+            with engine_commit():
+                runnable_clear(instance_id=claim.instance_id, wakeups=claim.wakeups)
         return
     try:
         with engine_commit():
-            lease_release_if_held(fence=fence)
+            released = lease_release_if_held(fence=fence)
             if check and _runnable(run.instance.pk, run.blocked, asks=True).exists():
                 report.more = True
-                enqueue_advance(run.instance.pk)
+                instance_mark_runnable(run.instance.pk)
+            elif released and claim is not None and report.settled:
+                runnable_clear(instance_id=claim.instance_id, wakeups=claim.wakeups)
+            elif released and claim is not None and not report.stale:
+                # An unexpected error (it propagates to django-q2, which records it):
+                # try again later, not in a loop of claims.
+                runnable_defer(
+                    instance_id=claim.instance_id, wakeups=claim.wakeups, seconds=RETRY_AFTER_ERROR
+                )
     except DatabaseError:
         # Never mask the run's own outcome; an unreleased lease expires by itself.
         log.exception("instance %s: could not release the lease cleanly", fence.key)

@@ -56,7 +56,7 @@ from recovery.api import (
 from ..compensable import CompensableEffect, compensation_input, source_problem
 from ..db import engine_commit
 from ..models import InstanceStatus
-from ..queue import enqueue_advance
+from ..queue import instance_mark_runnable
 from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Succeeded
 from ..variables import MissingVariable
@@ -215,7 +215,7 @@ def saga_enqueue_if_due(run: Run | None) -> None:
     """
     if run is not None and run.instance.status == InstanceStatus.FAILED and saga_due(run):
         with engine_commit():
-            enqueue_advance(run.instance.pk)
+            instance_mark_runnable(run.instance.pk)
 
 
 def saga_plan_on_cancel(run: Run) -> bool:
@@ -226,7 +226,7 @@ def saga_plan_on_cancel(run: Run) -> bool:
     if not declares(run, "cancel"):
         return False
     if saga_plan(run, "cancel"):
-        enqueue_advance(run.instance.pk)
+        instance_mark_runnable(run.instance.pk)
         return True
     return False
 

@@ -1,4 +1,4 @@
-"""The sweep: fires due timers, re-enqueues stuck work, retries buffered messages.
+"""The sweep: fires due timers, marks stranded work runnable, retries buffered messages.
 
 One sweeper runs at a time, proven by the ``govflow:sweeper`` lease (:class:`Sweeper`).
 Every ``qcluster`` started through GovFlow's command runs one in its main process
@@ -12,7 +12,6 @@ everything was down fires on the first pass.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -36,7 +35,6 @@ from recovery.api import (
 )
 
 from ..conf import (
-    reenqueue_after,
     sweep_duration,
     sweep_full_every,
     sweep_lease_ttl,
@@ -54,9 +52,9 @@ from ..models import (
     TriggerDelivery,
     WaitKind,
 )
-from ..queue import enqueue_many, enqueue_sweep
+from ..queue import enqueue_sweep, instance_mark_runnable, instances_mark_runnable
 from .saga_requeue import saga_requeue_candidates
-from .timers import fired_queue, timers_fire_only
+from .timers import timers_fire_only
 from .triggers import delivery_consume
 
 log = logging.getLogger("govflow.engine.sweep")
@@ -65,35 +63,32 @@ SWEEPER = "govflow:sweeper"
 
 
 def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
-    """Enqueue instances with runnable or orphaned work and no live lease.
+    """Mark runnable the instances with work that may run now, no mark and no live lease.
 
-    An instance whose lease expired after its last enqueue lost its worker (killed, or
-    stuck past its lease): it is queued on the next pass. Otherwise an instance is queued
-    again only when its last enqueue is older than ``GOVFLOW_REENQUEUE_AFTER`` (its task
-    may still be waiting in the queue) or a retry or poll fell due after it. Owns its
-    commit (the sweeper's fence proven in it, then the tasks queued).
+    Every commit that makes an instance runnable marks it, and a claimed instance keeps
+    its mark until its run ends (ADR 0026): what is left for the sweep is work that fell
+    due with nobody to mark it — a retry's or a poll's backoff that ran out, a provider
+    due to be asked again — and, as a safety net, any runnable work without a mark. Owns
+    its commit (the sweeper's fence proven in it, then the marks).
     """
     with engine_read():
         ids = _requeue_candidates(limit)
     if not ids:
         return 0
     with engine_commit():
-        # Proves this sweeper still holds its lease before it queues anything.
-        lease_require_live(fence=fence, doing="queue instances")
-        enqueue_many(ids)
+        # Proves this sweeper still holds its lease before it marks anything.
+        lease_require_live(fence=fence, doing="mark instances runnable")
+        instances_mark_runnable(ids)
     return len(ids)
 
 
 def _requeue_candidates(limit: int) -> list[int]:
-    """The instances :func:`instances_requeue` queues: reads only, one read transaction."""
-    stale_after = dt.timedelta(seconds=reenqueue_after())
+    """The instances :func:`instances_requeue` marks: reads only, one read transaction."""
     # The database clock, read once: a clock that moves during the statement would keep
     # PostgreSQL from joining the EXISTS below (each would run once per instance).
     now = clock_read()
     lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))
-    leases = leases_held().filter(key=lease_key)
-    live = Exists(leases.filter(expires_at__gt=now))
-    orphaned = Exists(leases.filter(expires_at__lte=now, expires_at__gt=OuterRef("enqueued_at")))
+    live = Exists(leases_held().filter(key=lease_key, expires_at__gt=now))
     tokens = Token.objects.filter(instance=OuterRef("pk"))
     # An uncertain step whose provider is due to be asked (the reconciliation ladder)
     # waits like a backoff.
@@ -103,29 +98,17 @@ def _requeue_candidates(limit: int) -> list[int]:
         | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=now))
         | asks & Q(not_before__lte=now)
     )
-    # A retry, poll or ask that fell due after the instance was last queued needs a run
-    # now, not after the stale-enqueue period: its backoff is what was asked for.
-    fell_due = tokens.filter(
-        Q(state=TokenState.READY) | asks,
-        not_before__lte=now,
-        not_before__gt=OuterRef("enqueued_at"),
-    )
     query = (
         Instance.objects.filter(
-            status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED]
+            status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED],
+            runnable_at__isnull=True,
         )
         .filter(Exists(runnable))
         .exclude(live)
-        .filter(
-            Q(enqueued_at__isnull=True)
-            | Q(enqueued_at__lt=now - stale_after)
-            | Exists(fell_due)
-            | orphaned
-        )
         .values_list("pk", flat=True)[:limit]
     )
     # Ended instances whose recorded compensations a run must take up (saga_requeue).
-    return list(query) + saga_requeue_candidates(now=now, stale_after=stale_after, limit=limit)
+    return list(query) + saga_requeue_candidates(now=now, limit=limit)
 
 
 def deliveries_retry(limit: int = 200) -> int:
@@ -157,8 +140,8 @@ def dead_holders_expire(*, fence: Fence) -> int:
     ``GOVFLOW_LEASE_TTL``. When its holder is known dead (``liveness.holder_is_dead``: a
     process of this host that no longer exists, or, on PostgreSQL, a worker of any host
     whose liveness lock is free), the lease is expired now (``recovery.api.lease_expire``,
-    conditional on holder and fence) and the next requeue pass takes the instance over
-    (its lease expired after its last enqueue). Each holder process is judged once per
+    conditional on holder and fence) and the instance marked runnable in the same commit:
+    the next claim takes it over. Each holder process is judged once per
     pass. django-q2 tasks a dead cluster had claimed stay locked for ``retry`` seconds:
     when a death was found, every claimed task is handed out again at once (a live
     cluster's claimed tasks run twice at worst, and the instance lease makes that
@@ -172,18 +155,26 @@ def dead_holders_expire(*, fence: Fence) -> int:
         process = holder.rpartition(":")[0] + (LOCK_MARK if holder.endswith(LOCK_MARK) else "")
         if process not in verdicts:
             verdicts[process] = holder_is_dead(holder)
-        if verdicts[process]:
-            lease_require_live(fence=fence, doing="expire a dead holder's lease")
-            if lease_expire(fence=lease):
-                log.warning(
-                    "lease %s of %s expired: that process no longer exists",
-                    lease.key,
-                    lease.holder,
-                )
-                expired += 1
+        if verdicts[process] and _dead_lease_expire(fence, lease):
+            log.warning(
+                "lease %s of %s expired: that process no longer exists",
+                lease.key,
+                lease.holder,
+            )
+            expired += 1
     if expired:
         claimed_tasks_release()
     return expired
+
+
+def _dead_lease_expire(fence: Fence, lease: Fence) -> bool:
+    """Expire a dead holder's instance lease and mark the instance runnable (own commit)."""
+    with engine_commit():
+        lease_require_live(fence=fence, doing="expire a dead holder's lease")
+        if not lease_expire(fence=lease):
+            return False
+        instance_mark_runnable(int(lease.key.partition(":")[2]))
+    return True
 
 
 def claimed_tasks_release() -> int:
@@ -307,7 +298,6 @@ class Sweeper:
                 full = len(batch) >= self.batch
                 if not full or time.monotonic() - began > self.ttl / 4:
                     break
-            fired_queue(fired_ids)
             fired = len(fired_ids)
             self.stats["timers"] += fired
             # Look for stuck work between bursts only once a second while they last.

@@ -1,4 +1,4 @@
-"""Firing due timers: the sweep's first commit of each pass, and queueing their instances.
+"""Firing due timers: the sweep's first commit of each pass, marking their instances runnable.
 
 A timer is a row with its own fence: the sweeper fires it under the ``govflow:sweeper``
 lease, by the database clock (invariant I9), with every write conditional on that fence
@@ -8,34 +8,30 @@ lease, by the database clock (invariant I9), with every write conditional on tha
 from __future__ import annotations
 
 from django.db import connection
+from django.db.models import F
 
 from recovery.api import Fence, fence_condition, fenced_update, lease_require_live
 
 from ..conf import sweep_timer_batch
 from ..db import EngineDialect, clock, engine_commit, engine_dialect
 from ..models import Instance, Timer, TimerState, Token, TokenState, WaitKind
-from ..queue import BULK_BATCH, enqueue_many
 
-__all__ = ["fire_statement", "fired_queue", "timers_fire", "timers_fire_only"]
+__all__ = ["fire_statement", "timers_fire", "timers_fire_only"]
 
 
 def timers_fire(*, fence: Fence, limit: int | None = None) -> int:
-    """Fire up to ``limit`` due timers (database clock), then queue their instances.
+    """Fire up to ``limit`` due timers (database clock); how many fired.
 
-    Two commits, each its own. The first records the facts — timers fired, tokens ready,
-    and each instance's ``enqueued_at`` cleared, meaning "needs a task" — in a statement or
-    two whatever the number; the second queues one ``advance`` task per instance. A
-    sweeper that stops between the two leaves nothing stranded: the next requeue pass
-    queues every runnable instance whose ``enqueued_at`` is empty. Raises
-    :class:`StaleFence` (changing nothing) when ``fence`` is no longer the sweeper's lease.
+    One commit (its own) records the facts — timers fired, tokens ready, their instances
+    marked runnable (ADR 0026) — in a statement or a few whatever the number: a worker's
+    next claim takes the instances. Raises :class:`StaleFence` (changing nothing) when
+    ``fence`` is no longer the sweeper's lease.
     """
-    instance_ids = timers_fire_only(fence=fence, limit=limit)
-    fired_queue(instance_ids)
-    return len(instance_ids)
+    return len(timers_fire_only(fence=fence, limit=limit))
 
 
 def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
-    """The first commit of :func:`timers_fire` (its own): fire, ready, mark unqueued.
+    """Fire, ready, mark runnable: :func:`timers_fire`'s commit (its own).
 
     Returns the instances of the fired timers.
     """
@@ -51,15 +47,8 @@ def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
     return instance_ids
 
 
-def fired_queue(instance_ids: list[int]) -> None:
-    """Queue the instances of fired timers, a bulk INSERT per commit (each its own)."""
-    for start in range(0, len(instance_ids), BULK_BATCH):
-        with engine_commit():
-            enqueue_many(instance_ids[start : start + BULK_BATCH])
-
-
 def _fire_in_one_statement(d: EngineDialect, fence: Fence, limit: int) -> list[int]:
-    """Fire, ready and unqueue in one statement (:func:`fire_statement`); needs a commit."""
+    """Fire, ready and mark runnable in one statement (:func:`fire_statement`); needs a commit."""
     sql, params = fire_statement(fence, limit, d)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -80,8 +69,8 @@ def fire_statement(
     - ``fired`` updates them with the fence condition inside the UPDATE: a stale sweeper's
       statement changes nothing at all, and so neither do the two that follow, which only
       touch what it fired.
-    - ``ready`` makes their tokens ready; ``unqueued`` clears their instances'
-      ``enqueued_at`` ("needs a task": see :func:`timers_fire`). The UPDATEs find their rows
+    - ``ready`` makes their tokens ready; ``marked`` marks their instances runnable
+      (``runnable_at``, ``wakeups``: ``queue.instances_mark_runnable``). The UPDATEs find their rows
       by primary key only (``= ANY(ARRAY(…))``): with a join, or a condition on the token's
       state, the planner may scan every waiting token against the batch when its
       statistics predate a burst of new timers (seconds for 10,000 timers). A token that
@@ -107,8 +96,8 @@ def fire_statement(
         f"    updated_at = CASE WHEN {waits_on_timer}"
         f"      THEN {d.now} ELSE updated_at END"
         f"  WHERE id = ANY(ARRAY(SELECT token_id FROM fired))"
-        f"), unqueued AS ("
-        f"  UPDATE {instance} SET enqueued_at = NULL"
+        f"), marked AS ("
+        f"  UPDATE {instance} SET runnable_at = {d.now}, wakeups = wakeups + 1"
         f"  WHERE id = ANY(ARRAY(SELECT instance_id FROM fired))"
         f") SELECT instance_id FROM fired"
     )
@@ -156,5 +145,10 @@ def _fire_statement_by_statement(fence: Fence, limit: int) -> list[int]:
         updated_at=clock(),
     )
     instance_ids = [d[2] for d in due]
-    fenced_update(Instance.objects.filter(pk__in=instance_ids), fence=fence, enqueued_at=None)
+    fenced_update(
+        Instance.objects.filter(pk__in=instance_ids),
+        fence=fence,
+        runnable_at=clock(),
+        wakeups=F("wakeups") + 1,
+    )
     return instance_ids

@@ -23,7 +23,7 @@ from ..errors import EngineConflict, InvalidRequest
 from ..limits import admit_json, admit_text, payload_max_bytes
 from ..liveness import worker_name
 from ..models import DeliveryState, Token, TokenState, TriggerDelivery, WaitKind
-from ..queue import enqueue_advance
+from ..queue import instance_mark_runnable
 
 __all__ = ["delivery_consume", "delivery_take", "trigger_deliver"]
 
@@ -146,7 +146,7 @@ def _consume(delivery_id: int, fence) -> bool:
         if taken != 1:
             transaction.set_rollback(True)
             return False
-        enqueue_advance(token.instance_id)
+        instance_mark_runnable(token.instance_id)
     return True
 
 

@@ -14,6 +14,7 @@ from recovery.api import Fence, fenced_update, fenced_update_row, insert_row
 from ..db import clock
 from ..definitions import case_text, case_values
 from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenState
+from ..states import TERMINAL_STATUSES
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
 from .triggers import delivery_take
@@ -90,6 +91,8 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         run.instance.reason = reason
     if new_status == InstanceStatus.COMPLETED:
         values["completed_at"] = clock()
+    if new_status in TERMINAL_STATUSES:
+        values["runnable_at"] = None  # nothing will run again: no claim is worth making
     fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
     run.instance.status = new_status
 

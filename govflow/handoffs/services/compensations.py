@@ -14,7 +14,7 @@ from govflow.engine.db import engine_commit
 from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.models import Instance, InstanceStatus
 from govflow.engine.projection import instance_subject
-from govflow.engine.queue import enqueue_advance
+from govflow.engine.queue import instance_mark_runnable
 from govflow.engine.services.instances import InstanceHeld
 from govflow.engine.services.saga import DONE, saga_plan
 from recovery.api import (
@@ -56,7 +56,7 @@ def _of(instance: Instance, key: str) -> tuple[CompensationView, list[Compensati
 
 def _queue(instance_id: int) -> None:
     with engine_commit():
-        enqueue_advance(instance_id)
+        instance_mark_runnable(instance_id)
 
 
 def compensations_start(*, instance_id: int, actor) -> list[str]:
@@ -76,7 +76,7 @@ def compensations_start(*, instance_id: int, actor) -> list[str]:
         with engine_commit():
             keys = saga_plan(run, "operator")
             if keys:
-                enqueue_advance(instance_id)
+                instance_mark_runnable(instance_id)
     if not keys:
         raise EngineConflict(
             f"Instance {instance_id} has no succeeded step left to compensate: each one "

@@ -13,7 +13,7 @@ from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.limits import admit_json, admit_text, payload_max_bytes
 from govflow.engine.models import InstanceStatus, Token, TokenState, WaitKind
 from govflow.engine.outputs import output_problems, result_schema
-from govflow.engine.queue import enqueue_advance
+from govflow.engine.queue import instance_mark_runnable
 from govflow.engine.registry import registry
 from govflow.engine.selectors import step_get
 from govflow.engine.services.definitions import spec_of
@@ -65,7 +65,7 @@ def _release_waiting(run, token: Token, payload: dict[str, Any]) -> None:
     with run.commit():
         run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
         run.flush(Router(run))
-        enqueue_advance(run.instance.pk)
+        instance_mark_runnable(run.instance.pk)
 
 
 def approval_decide(
@@ -193,7 +193,7 @@ def handoff_approve(*, decision_id: int, actor, result_fp: str | None = None) ->
                     settle_after_cancel(run, token, approved)
                     return approved
                 _apply_decision(run, token, node, approved)
-                enqueue_advance(instance_id)
+                instance_mark_runnable(instance_id)
         except ChainBroken as exc:
             incident_open(verification=exc.result)
             raise
@@ -296,5 +296,5 @@ def handoff_ask_provider(*, instance_id: int, token_id: int, actor) -> Asked:
             raise EngineConflict("Only a step whose outcome is unknown can be reconciled.")
         asked = provider_ask(run, token, asked_by=actor)
     if asked.settled:
-        enqueue_advance(instance_id)  # the step moved: a worker takes the instance on
+        instance_mark_runnable(instance_id)  # the step moved: a worker takes the instance on
     return asked

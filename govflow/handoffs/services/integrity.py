@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 
 from govflow.engine.models import Incident, Instance
 from govflow.engine.projection import SUBJECT_TYPE
-from govflow.engine.queue import enqueue_advance
+from govflow.engine.queue import instance_mark_runnable
 from govflow.engine.selectors import TERMINAL_STATUSES
 from recovery.api import ResolutionOutcome, Subject, incident_resolve_approve
 
@@ -59,7 +59,7 @@ def integrity_incident_resolve_approve(*, incident_id: int, actor) -> Resolution
             resolution=f"Closed with integrity incident #{incident.pk}, whose resolution "
             f"{actor} approved after its chain verified again.",
         )
-        enqueue_advance(instance_id)
+        instance_mark_runnable(instance_id)
     return dataclasses.replace(
         outcome, message=f"{outcome.message} Instance {instance_id} is queued to continue."
     )

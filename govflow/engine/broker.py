@@ -1,0 +1,107 @@
+"""GovFlow's django-q2 broker: its dequeue claims runnable instances (ADR 0026).
+
+``Q_CLUSTER['broker_class']`` names :class:`ClaimBroker`. django-q2 keeps what it does
+well — the sentinel, the worker processes and their recycling and timeouts, the
+monitor, the schedules and the admin — and its pusher asks this broker for work as it
+asks any broker. The dequeue:
+
+1. claims up to one instance per worker with ``queue.instances_claim`` (one statement:
+   the runnable instances no live lease holds, their leases taken for the pusher), and
+   hands each to the workers as an ``advance`` task that carries the claim (instance,
+   fence, holder, mark count). The worker takes the lease over under its own name in the
+   commit that loads the instance (``recovery.api.lease_handover``), so the liveness
+   probes judge the process that runs it;
+2. then takes ordinary tasks from django-q2's own queue, as the ORM broker does (the
+   fallback sweep, one-off tasks): they are not instance runs.
+
+Acknowledging a claim does nothing: there is no queue row to delete. What the run did is
+in the instance, its tokens and the ledger; a run that ends clears the mark, and a run
+that never ends leaves it to the next claim after its lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from time import sleep
+from typing import Any
+
+from django.core.signing import TimestampSigner
+from django.utils import timezone
+from django_q.brokers.orm import ORM
+from django_q.conf import Conf
+from django_q.signing import PickleSerializer
+
+from .conf import lease_ttl
+from .liveness import worker_name
+from .queue import ADVANCE, ADVANCE_GROUP, Claim, instances_claim
+
+log = logging.getLogger("govflow.engine.claim")
+
+CLAIM_ACK = "govflow-claim:"
+"""The prefix of a claimed run's ack id: acknowledging it is a no-op."""
+
+
+def claim_task(claim: Claim) -> dict[str, Any]:
+    """The django-q2 task dict of one claimed instance run (ids and numbers only)."""
+    task_id = uuid.uuid4().hex
+    return {
+        "id": task_id,
+        "name": f"{ADVANCE_GROUP}-{claim.instance_id}-{task_id[:8]}",
+        "func": ADVANCE,
+        "args": (claim.instance_id,),
+        "kwargs": {"fence": claim.fence, "holder": claim.holder, "wakeups": claim.wakeups},
+        "group": ADVANCE_GROUP,
+        # The run's outcome is the instance's; a failure is still stored.
+        "save": False,
+        "ack_failure": True,
+        "started": timezone.now(),
+    }
+
+
+class ClaimBroker(ORM):
+    """django-q2's ORM broker, whose dequeue first claims runnable instances."""
+
+    def dequeue(self) -> list[tuple[Any, str]] | None:
+        self.get_connection()  # closes a connection gone stale, as the ORM broker does
+        claims = instances_claim(holder=worker_name(), limit=claim_batch(), ttl=lease_ttl())
+        signer = TimestampSigner(key=Conf.SECRET_KEY, salt=Conf.PREFIX)
+        found = [
+            (
+                f"{CLAIM_ACK}{claim.instance_id}:{claim.fence}",
+                signer.sign_object(
+                    claim_task(claim), serializer=PickleSerializer, compress=Conf.COMPRESSED
+                ),
+            )
+            for claim in claims
+        ]
+        found.extend(self._queued())
+        if found:
+            return found
+        sleep(Conf.POLL)  # nothing to do: spare the CPU, as the ORM broker does
+        return None
+
+    def _queued(self) -> list[tuple[Any, str]]:
+        """Ordinary tasks of django-q2's queue, claimed as ``ORM.dequeue`` claims them."""
+        queue = self.get_connection()
+        tasks = list(queue.filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK])
+        until = timezone.now() + timedelta(seconds=Conf.RETRY)
+        return [
+            (task.pk, task.payload)
+            for task in tasks
+            if queue.filter(id=task.id, lock=task.lock).update(lock=until)
+        ]
+
+    def acknowledge(self, task_id: Any) -> None:
+        if not str(task_id).startswith(CLAIM_ACK):
+            super().acknowledge(task_id)
+
+    def fail(self, task_id: Any) -> None:
+        if not str(task_id).startswith(CLAIM_ACK):
+            super().fail(task_id)
+
+
+def claim_batch() -> int:
+    """Instances claimed per dequeue: one per worker process of the cluster."""
+    return max(1, int(Conf.WORKERS or 1), int(Conf.BULK or 1))
