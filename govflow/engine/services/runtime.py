@@ -134,13 +134,7 @@ def instance_run(
             report.skipped = "no such instance"
             return report
         report.status = run.instance.status
-        if run.instance.status in TERMINAL_STATUSES:
-            report.steps += saga_run(run)  # an ended instance's compensations (saga)
-            report.settled = True
-            return report
-        if _refused_at_load(run):
-            report.status = run.instance.status
-            report.settled = True
+        if _ended_or_refused(run, report):
             return report
         unblock_after_integrity(run)
         rehydrate(run)  # before the budget is set: nothing is chained from it
@@ -178,6 +172,19 @@ def _lease_take(instance_id: int, worker: str, claim: Claim | None) -> Fence:
         return lease_acquire(key=key, holder=worker, ttl=lease_ttl())
     claimed = Fence(key=key, holder=claim.holder, fence=claim.fence)
     return lease_handover(fence=claimed, holder=worker, ttl=lease_ttl())
+
+
+def _ended_or_refused(run: Run, report: RunReport) -> bool:
+    """An ended instance runs only its compensations (saga); a refused load blocks the
+    instance. Either way the run is over (own commits)."""
+    if run.instance.status in TERMINAL_STATUSES:
+        report.steps += saga_run(run)
+    elif _refused_at_load(run):
+        report.status = run.instance.status
+    else:
+        return False
+    report.settled = True
+    return True
 
 
 def _refused_at_load(run: Run) -> bool:
