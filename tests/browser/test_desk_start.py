@@ -43,7 +43,7 @@ def test_an_operator_starts_a_permit_from_the_generated_form_and_finds_it_by_nam
     browser.log_in("operator", PASSWORD)
     browser.open("/admin/engine/instance/")
     browser.follow("Start instance")
-    browser.select("definition", "Building permit (demo.building_permit v3)")
+    browser.select("definition", "Building permit (demo.building_permit v4)")
     browser.press("Continue")
     assert browser.title == "Start: Building permit"
     assert browser.value("tenant") == "demo-municipality"  # her one tenant (its group)

@@ -132,7 +132,7 @@ def test_the_instance_page_names_the_case_and_the_permission_in_words(published,
 def test_the_start_form_asks_for_each_value_typed_and_marked_as_the_schema_says(published, desk):
     definition = published["demo.building_permit"]
     pick = desk.get(START)
-    assert "Building permit (demo.building_permit v3)" in pick.content.decode()
+    assert "Building permit (demo.building_permit v4)" in pick.content.decode()
     page = desk.get(START, {"definition": definition.pk})
     form = page.context["form"]
     fields = form.fields
