@@ -174,7 +174,9 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "govflow.settings.dev")
     manage("migrate", "--noinput", "-v", "0")
     password = demo_password()
-    manage("demo_setup", "--password", password, "--api-key-file", str(API_KEY_FILE))
+    # "--password=…" in one word: a random password may begin with "-", which argparse
+    # would take for an option of its own.
+    manage("demo_setup", f"--password={password}", f"--api-key-file={API_KEY_FILE}")
     api_key = API_KEY_FILE.read_text().strip()
     totp_keys = demo_totp_keys()
     lock = threading.Lock()
