@@ -39,6 +39,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--blocked", type=int, help="of which blocked on an unknown outcome")
     parser.add_argument("--steps", type=int, help="steps of the long instance")
     parser.add_argument("--repeat", type=int, help="timed renders of each page")
+    parser.add_argument(
+        "--slowest", type=int, default=0, help="print each page's N slowest queries"
+    )
     parser.add_argument("--targets-json", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else FULL).items():
@@ -52,6 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def populate(args: argparse.Namespace):
     """The rows, the long instance and the approver who reads the pages; say what exists."""
     from django.contrib.auth.models import Group, User
+    from django.db import connection
     from django.utils import timezone
 
     from govflow.engine.models import Definition, Instance
@@ -88,6 +92,10 @@ def populate(args: argparse.Namespace):
         *[action(f"s{i}", name="alpha.note") for i in range(args.steps)], key="desk.long"
     )
     long = drive(start(document, tenant="north"), rounds=args.steps + 5)
+    with connection.cursor() as cursor:
+        # Statistics, as autovacuum would gather within a minute of such a load: without
+        # them the planner takes the fresh tables for empty and picks nested loops.
+        cursor.execute("ANALYZE")
     say(
         f"made {Instance.objects.count():,} instances in {perf_counter() - started:.0f} s: "
         f"{args.blocked:,} blocked with a decision request, {args.blocked:,} waiting for an "
@@ -96,8 +104,9 @@ def populate(args: argparse.Namespace):
     return reader, made.instances[0], long
 
 
-def measure(client, url: str, repeat: int) -> tuple[list[float], int]:
-    """Render ``url`` once to warm up, then ``repeat`` times: the times (ms), the queries."""
+def measure(client, url: str, repeat: int, slowest: int = 0) -> tuple[list[float], int]:
+    """Render ``url`` once to warm up, then ``repeat`` times: the times (ms), the queries
+    of the last render (and its ``slowest`` slowest queries, printed)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -110,6 +119,8 @@ def measure(client, url: str, repeat: int) -> tuple[list[float], int]:
             began = perf_counter()
             client.get(url)
             times.append((perf_counter() - began) * 1000)
+    for query in sorted(queries, key=lambda q: -float(q["time"]))[:slowest]:
+        say(f"  {float(query['time']) * 1000:7.1f} ms  {query['sql'][:300]}")
     return times, len(queries)
 
 
@@ -136,7 +147,9 @@ def bench(args: argparse.Namespace) -> list[Target]:
     }
     rows, targets = [], []
     for name, url in pages.items():
-        times, queries = measure(client, url, args.repeat)
+        if args.slowest:
+            say(f"{name}: its slowest queries")
+        times, queries = measure(client, url, args.repeat, args.slowest)
         median, high = statistics.median(times), p95(times)
         rows.append((name, f"{median:.0f}", f"{high:.0f}", str(queries)))
         targets.append(
