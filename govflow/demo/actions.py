@@ -132,12 +132,8 @@ register_application = ActionDefinition(
 # -- demo.collect_fee (non_atomic, answers Pending) ------------------------------------
 
 
-def _money(cents: int, currency: str) -> str:
-    return f"{currency} {cents // 100}.{cents % 100:02d}"
-
-
 def _fee_preview(data: Mapping[str, Any]) -> dict[str, Any]:
-    amount = _money(data["amount_cents"], data["currency"])
+    amount = store.money(data["amount_cents"], data["currency"])
     return {
         "summary": (
             f"Ask {data['payer']} to pay the permit fee of {amount} for application "

@@ -36,12 +36,8 @@ REFUND_OF_FEE = Compensate(
 )
 
 
-def _money(cents: int, currency: str) -> str:
-    return f"{currency} {cents // 100}.{cents % 100:02d}"
-
-
 def _preview(data: Mapping[str, Any]) -> dict[str, Any]:
-    amount = _money(data["amount_cents"], data["currency"])
+    amount = store.money(data["amount_cents"], data["currency"])
     return {
         "summary": (
             f"Refund the permit fee of {amount} paid under {data['payment_reference']} "

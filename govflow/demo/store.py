@@ -77,6 +77,11 @@ CREATE TABLE IF NOT EXISTS permits (
 PAID_AFTER_POLLS = 2
 
 
+def money(cents: int, currency: str) -> str:
+    """An amount the store keeps in cents, as a person reads it ("EUR 120.00")."""
+    return f"{currency} {cents // 100}.{cents % 100:02d}"
+
+
 def store_path() -> Path:
     """Where the registry lives; read lazily so tests can point it at a temporary file."""
     configured = getattr(settings, "GOVFLOW_DEMO_STORE", None)

@@ -122,18 +122,7 @@ class DecisionBatchAdmin(ReadOnlyAdmin):
         form = BatchTermsForm(request.POST, checks=_checks(registry.get(action)))
         if not form.is_valid():
             return self.select_view(request, form)
-        try:
-            preview = batch_preview(
-                user=request.user,
-                token_ids=form.cleaned_data["steps"],
-                kind=form.cleaned_data["kind"],
-                rationale=form.cleaned_data["rationale"],
-                checks=form.check_answers(),
-            )
-        except BatchRefused as exc:
-            messages.error(request, str(exc))
-            return self.select_view(request, form)
-        return self.render_preview(request, preview, form)
+        return self._preview_again(request, form)
 
     def render_preview(self, request, preview, form):
         return self.render(
@@ -191,8 +180,8 @@ class DecisionBatchAdmin(ReadOnlyAdmin):
         return redirect(reverse("admin:handoffs_decisionbatch_change", args=[batch.pk]))
 
     def _preview_again(self, request, form):
-        """After a refused submission: the preview as it is now (a new fingerprint), or the
-        selection when no preview can be made any more."""
+        """The preview of a valid selection as it is now (after a refused submission: a
+        new fingerprint), or the selection again when no preview can be made."""
         try:
             preview = batch_preview(
                 user=request.user,
