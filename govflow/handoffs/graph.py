@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
@@ -101,18 +101,25 @@ def _edge(a: tuple[float, float], b: tuple[float, float]) -> str:
     )
 
 
+# One node's box; the numbers are the layout's own, the three texts are escaped. Written
+# with str.format: format_html escaped every number of every box (a fifth of the time of
+# an instance page of 200 steps went into this drawing).
+BOX = (
+    '<g class="govflow-node {mark}" data-node="{node}"><title>{hover}</title>'
+    '<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="{stroke}" '
+    'stroke-width="{sw}"/><text x="{tx}" y="{ty}" text-anchor="middle" font-size="12" '
+    'fill="#333">{text}</text></g>'
+)
+
+
 def _box(node: str, at: tuple[float, float], titles: Mapping[str, str], state: str) -> str:
     mark = "current" if state in CURRENT else "done" if state == "completed" else ""
     title = titles.get(node, node)
     hover = f"{title} ({state.replace('_', ' ')})" if state else title
-    return format_html(
-        '<g class="govflow-node {mark}" data-node="{node}"><title>{hover}</title>'
-        '<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="{stroke}" '
-        'stroke-width="{sw}"/><text x="{tx}" y="{ty}" text-anchor="middle" font-size="12" '
-        'fill="#333">{text}</text></g>',
+    return BOX.format(
         mark=mark,
-        node=node,
-        hover=hover,
+        node=escape(node),
+        hover=escape(hover),
         x=at[0],
         y=at[1],
         w=BOX_W,
@@ -122,7 +129,7 @@ def _box(node: str, at: tuple[float, float], titles: Mapping[str, str], state: s
         sw=3 if mark == "current" else 1,
         tx=at[0] + BOX_W / 2,
         ty=at[1] + BOX_H / 2 + 4,
-        text=Truncator(title).chars(24),
+        text=escape(title if len(title) <= 24 else Truncator(title).chars(24)),
     )
 
 

@@ -39,6 +39,7 @@ from recovery.api import (
     DecisionState,
     IncidentStatus,
     ObservationKind,
+    OperationState,
     RecoveryError,
     chain_verify,
     decision_evidence,
@@ -59,10 +60,10 @@ from ..forms import (
     RejectDecisionForm,
 )
 from ..graph import definition_svg, node_states
-from ..present import MAX_ROWS, flatten, node_titles
+from ..present import MAX_ROWS, Times, choice_labels, flatten, node_titles
 from ..services.desk import result_schema_of
-from ..services.incidents import RESOLVE, open_cases_of
-from ..timeline import instance_timeline
+from ..services.incidents import RESOLVE, open_cases_in
+from ..timeline import instance_timeline, timeline_page
 from ..words import case_labels, node_title, permission_name
 from .detail_contracts import contract_context
 
@@ -86,6 +87,9 @@ class StepRow:
     node_type: str
     action: ActionDefinition | None
     title: str = ""  # the node's title from the definition (its id when it has none)
+    state: str = ""  # the token's state, wait and not-before time in words (read once per
+    waits_for: str = ""  # page, not per row in the template)
+    not_before: str = ""
     retry: bool = False
     approval_permission: str = ""
     approval_permission_name: str = ""
@@ -117,6 +121,7 @@ def missing_perms(user, perms) -> str:
 def _step_rows(request, instance: Instance, tokens, open_by_key, bound, ops, late) -> list[StepRow]:
     user = request.user
     nodes = trusted_spec(instance.definition).nodes
+    states, waits, times = choice_labels(TokenState), choice_labels(WaitKind), Times()
     rows = []
     for token in tokens:
         node = dict(nodes.get(token.node_id, {}))
@@ -126,6 +131,9 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound, ops, lat
             node_type=node.get("type", "?"),
             action=action,
             title=node_title(node, token.node_id),
+            state=states.get(token.state, token.state),
+            waits_for=waits.get(token.wait_kind, token.wait_kind or ""),
+            not_before=times.format(token.not_before),
         )
         if token.state == TokenState.FAILED and instance.status not in NOT_RETRIED:
             row.retry = user.has_perm(OPERATE)
@@ -287,9 +295,8 @@ class IncidentRow:
     resolve_form: IncidentResolveForm | None = None
 
 
-def _engine_incident_rows(request, instance: Instance, bound) -> list[IncidentRow]:
+def _engine_incident_rows(request, incidents: list[Incident], bound) -> list[IncidentRow]:
     may_resolve = request.user.has_perm(RESOLVE)
-    incidents = list(engine_incidents_of(instance).select_related("resolved_by"))
     files = {
         f.pk: f for f in evidence_files(ids=[i for x in incidents for i in x.resolution_evidence])
     }
@@ -307,6 +314,23 @@ def _engine_incident_rows(request, instance: Instance, bound) -> list[IncidentRo
     return rows
 
 
+def _verification(subject) -> dict[str, Any]:
+    try:
+        return {"verification": chain_verify(subject), "verify_error": ""}
+    except RecoveryError as exc:  # e.g. chain keys missing from settings
+        return {"verification": None, "verify_error": str(exc)}
+
+
+def _in_words(operations, titles: dict[str, str]) -> None:
+    """The ledger table's step titles, states and times, once here (not per row in the
+    template)."""
+    states, times = choice_labels(OperationState), Times()
+    for op in operations:
+        op.step_title = titles.get(op.step_id, op.step_id)
+        op.state_words = states.get(op.state, op.state)
+        op.recorded = times.format(op.recorded_at)
+
+
 def detail_context(request, instance: Instance, bound: dict | None = None) -> dict[str, Any]:
     bound = bound or {}
     user = request.user
@@ -315,17 +339,13 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
     operations = list(operations_of(subject))
     decisions = list(decisions_of(subject))
     open_by_key = {d.operation.key: d for d in decisions if d.state == DecisionState.REQUESTED}
-    try:
-        verification, verify_error = chain_verify(subject), ""
-    except RecoveryError as exc:  # e.g. chain keys missing from settings
-        verification, verify_error = None, str(exc)
     active = instance_is_active(instance)
     integrity = list(incidents_of(subject))
+    engine_incidents = list(engine_incidents_of(instance).select_related("resolved_by"))
     late = list(observations_of(subject, kind=ObservationKind.LATE))
     spec = trusted_spec(instance.definition)
     titles = node_titles(spec)
-    for op in operations:
-        op.step_title = titles.get(op.step_id, op.step_id)
+    _in_words(operations, titles)
     # Rationales and evidence are the recovery desk's records: shown to its users only.
     see_decisions = any(user.has_perm(p) for p in ("recovery.view_decision", REQUEST, APPROVE))
     return {
@@ -335,18 +355,22 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "variables": flatten(instance.variables),
         "variables_max": MAX_ROWS,
         "titles": titles,
-        "timeline": instance_timeline(instance, tokens, titles, subject, operations, integrity),
+        "timeline": timeline_page(
+            instance_timeline(
+                instance, tokens, titles, subject, operations, integrity, engine_incidents
+            ),
+            earlier=True,
+        ),
         "graph": definition_svg(spec, titles, node_states(tokens)),
         "steps": _step_rows(request, instance, tokens, open_by_key, bound, operations, late),
         "operations": operations,
         "late_answers": late,
         "decisions": _decision_rows(request, instance, decisions, bound) if see_decisions else [],
         "see_decisions": see_decisions,
-        "verification": verification,
-        "verify_error": verify_error,
-        "engine_incidents": _engine_incident_rows(request, instance, bound),
+        **_verification(subject),
+        "engine_incidents": _engine_incident_rows(request, engine_incidents, bound),
         "resolve_permission": RESOLVE,
-        "open_cases": open_cases_of(instance) if not active else None,
+        "open_cases": None if active else open_cases_in(tokens, engine_incidents, integrity),
         "external_tasks": external_tasks_of(instance),
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),

@@ -26,12 +26,13 @@ from django.utils.translation import gettext_lazy as _
 
 from govflow.engine.admin.base import ReadOnlyAdmin, pretty_json, require
 from govflow.engine.models import Instance
-from govflow.engine.selectors import definitions_published, instance_trail
+from govflow.engine.selectors import definitions_published, instance_subject, instance_trail
 from govflow.engine.services.instances import instance_start
 from govflow.engine.tenancy import scope, tenant_choices
 from recovery.api import ConflictError, IntegrityViolation, RecoveryValidationError
 
 from ..forms import DefinitionPickForm, InstanceStartForm
+from ..timeline import instance_timeline_read, timeline_page
 from ..words import case_column, case_labels
 from .compensation_views import CompensationActions, compensation_context
 from .detail import TRAIL, detail_context
@@ -104,6 +105,7 @@ class InstanceAdmin(StepActions, MigrationActions, CompensationActions, ReadOnly
         return [
             url("start/", self.start_view, "start"),
             url("<path:object_id>/trail/", self.trail_view, "trail"),
+            url("<path:object_id>/timeline/", self.timeline_view, "timeline"),
             *(url(route, getattr(self, view), name) for route, view, name in actions),
             *super().get_urls(),
         ]
@@ -219,6 +221,22 @@ class InstanceAdmin(StepActions, MigrationActions, CompensationActions, ReadOnly
         )
         response["X-Content-Type-Options"] = "nosniff"
         return response
+
+    def timeline_view(self, request, object_id):
+        """The instance's whole timeline, a page at a time (``?page=1`` is the latest; a
+        page beyond the last shows the last)."""
+        instance = self.get_instance(request, unquote(object_id))
+        number = request.GET.get("page", "1")
+        entries = instance_timeline_read(instance, instance_subject(instance.pk))
+        timeline = timeline_page(entries, int(number) if number.isdigit() else 1)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": gettext("Timeline of %(instance)s") % {"instance": instance},
+            "instance": instance,
+            "timeline": timeline,
+        }
+        return TemplateResponse(request, "admin/engine/instance/timeline.html", context)
 
     # -- actions (POST only) ------------------------------------------------------------
 

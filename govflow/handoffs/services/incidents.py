@@ -29,7 +29,7 @@ from recovery.api import (
     incidents_of,
 )
 
-__all__ = ["RESOLVE", "OpenCases", "engine_incident_resolve", "open_cases_of"]
+__all__ = ["RESOLVE", "OpenCases", "engine_incident_resolve", "open_cases_in", "open_cases_of"]
 
 RESOLVE = "engine.operate_instance"
 RESOLVED_FACT = "engine.incident_resolved"
@@ -127,16 +127,21 @@ class OpenCases:
 
 def open_cases_of(instance: Instance) -> OpenCases:
     """The steps of unknown outcome and the open incidents of ``instance`` (reads only)."""
+    return open_cases_in(
+        Token.objects.filter(instance=instance, state=TokenState.OUTCOME_UNKNOWN),
+        Incident.objects.filter(instance=instance, resolved_at__isnull=True),
+        incidents_of(instance_subject(instance.pk), open_only=True),
+    )
+
+
+def open_cases_in(tokens, engine_incidents, integrity_incidents) -> OpenCases:
+    """The open cases among records already read (the instance page reads them all)."""
     return OpenCases(
-        uncertain=list(
-            Token.objects.filter(instance=instance, state=TokenState.OUTCOME_UNKNOWN).order_by(
-                "ordinal"
-            )
+        uncertain=sorted(
+            (t for t in tokens if t.state == TokenState.OUTCOME_UNKNOWN), key=lambda t: t.ordinal
         ),
-        engine_incidents=list(
-            Incident.objects.filter(instance=instance, resolved_at__isnull=True).order_by("pk")
+        engine_incidents=sorted(
+            (i for i in engine_incidents if i.resolved_at is None), key=lambda i: i.pk
         ),
-        integrity_incidents=list(
-            incidents_of(instance_subject(instance.pk)).filter(status=IncidentStatus.OPEN)
-        ),
+        integrity_incidents=[i for i in integrity_incidents if i.status == IncidentStatus.OPEN],
     )
