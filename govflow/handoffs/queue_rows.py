@@ -52,10 +52,16 @@ def instance_url(instance_id: int | str) -> str:
     return reverse("admin:engine_instance_change", args=[instance_id])
 
 
+def instance_label(instance: Instance) -> str:
+    """How a row names its instance: "Building permit #3" (the definition's key when it
+    has no title)."""
+    return f"{instance.definition.title or instance.definition.key} #{instance.pk}"
+
+
 def token_row(token: Token) -> Row:
     instance = token.instance
     return Row(
-        f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+        instance_label(instance),
         f"{token.node_id} · {instance.tenant}",
         instance_url(instance.pk),
         token.updated_at,
@@ -101,7 +107,7 @@ def integrity_row(incident) -> Row:
 def incident_row(incident: Incident) -> Row:
     instance = incident.instance
     return Row(
-        f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+        instance_label(instance),
         f"{incident.kind}: {incident.message[:120]}",
         instance_url(instance.pk),
         incident.created_at,
@@ -110,7 +116,7 @@ def incident_row(incident: Incident) -> Row:
 
 def instance_row(instance: Instance) -> Row:
     return Row(
-        f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+        instance_label(instance),
         f"{instance.get_status_display()} · {instance.tenant} · {instance.reason[:100]}",
         instance_url(instance.pk),
         instance.updated_at,
@@ -130,7 +136,7 @@ def lease_row(lease) -> Row:
 def task_row(task: ExternalTask) -> Row:
     instance = task.instance
     return Row(
-        f"{instance.definition.title or instance.definition.key} #{instance.pk}",
+        instance_label(instance),
         f"{task.topic}: {task.last_error[:100]}",
         instance_url(instance.pk),
         task.ended_at,
