@@ -103,3 +103,46 @@ def test_the_timeline_pages_queries_do_not_grow_with_the_steps(ops):
     small, large = walk(ops, long_instance(5))[1], walk(ops, long_instance(200))[1]
     assert len(small) == 1 and len(large) > 10
     assert set(large) == set(small), f"{small} queries for 5 steps, {large} for 200"
+
+
+@pytest.mark.parametrize("language", ["en", "de"])
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
+def test_times_are_written_as_the_date_filter_writes_them(language, zone, settings):
+    """The page's times come from Python (present.Times), to the second and in the zone:
+    exactly what the template's ``date`` filter wrote for each entry before."""
+    from datetime import UTC, datetime
+
+    from django.template import engines
+    from django.utils import timezone, translation
+
+    from govflow.handoffs.present import Times
+
+    settings.TIME_ZONE = zone
+    template = engines["django"].from_string(
+        '{{ at|date:"DATETIME_FORMAT" }}|{{ at|date:"SHORT_DATETIME_FORMAT" }}'
+    )
+    with translation.override(language), timezone.override(zone):
+        for at in (
+            datetime(2026, 12, 1, 20, 5, 9, 123456, UTC),
+            datetime(2026, 7, 1, 0, 0, 1, tzinfo=UTC),
+        ):
+            times = Times()
+            assert f"{times.format(at)}|{times.short(at)}" == template.render({"at": at})
+        assert Times().format(None) == ""
+
+
+def test_the_copyable_key_is_shortened_whole_in_its_title_and_translated():
+    from django.template import engines
+    from django.utils import translation
+
+    template = engines["django"].from_string("{% load desk %}{% copyable_key key %}")
+    key = "op-" + "ab" * 30
+    text = template.render({"key": key})
+    assert f'<code class="govflow-key" title="{key}">{key[:16]}…</code>' in text
+    assert f'data-copy="{key}"' in text and ">Copy</button>" in text
+    assert template.render({"key": "short<key>"}).startswith(
+        '<code class="govflow-key" title="short&lt;key&gt;">short&lt;key&gt;</code>'
+    )
+    assert template.render({"key": ""}) == '<code class="govflow-key" title=""></code>'
+    with translation.override("de"):
+        assert ">Kopieren</button>" in template.render({"key": key})
