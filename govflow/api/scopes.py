@@ -38,16 +38,26 @@ SCOPES: dict[str, tuple[str, str]] = {
         "recovery.view_checkpoint",
         "Read an instance's ledger and checkpoint chain, verify it, export the audit trail.",
     ),
+    "compensations:read": (
+        "engine.view_instance",
+        "List an instance's compensations and where each stands.",
+    ),
+    "compensations:start": (
+        "engine.operate_instance",
+        "Start the compensations of the tenant's cancelled or failed instances (running "
+        "one that needs approval stays with two people on the desk).",
+    ),
 }
 TASK_PERMISSION = "engine.change_externaltask"
 TASK_SCOPE = re.compile(r"^tasks:[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 # The engine's permissions an API key holds through its scopes (the services check
-# ``actor.has_perm``; a key's actor answers from its scopes).
+# ``actor.has_perm``; a key's actor answers from its scopes). Each view checks its own
+# scope first, so a key with compensations:start still cannot cancel (instances:cancel).
 PERMISSION_SCOPES = {
-    "engine.start_instance": "instances:start",
-    "engine.operate_instance": "instances:cancel",
-    "engine.publish_definition": "definitions:publish",
+    "engine.start_instance": {"instances:start"},
+    "engine.operate_instance": {"instances:cancel", "compensations:start"},
+    "engine.publish_definition": {"definitions:publish"},
 }
 
 
@@ -86,7 +96,7 @@ class KeyActor:
         return f"api-key:{self.prefix}"
 
     def has_perm(self, perm: str, obj=None) -> bool:
-        return PERMISSION_SCOPES.get(perm) in self.scopes
+        return bool(PERMISSION_SCOPES.get(perm, set()) & self.scopes)
 
     def has_perms(self, perms, obj=None) -> bool:
         return all(self.has_perm(p) for p in perms)

@@ -3,7 +3,7 @@
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
-from .views import audit, definitions, handoffs, instances, meta, tasks, triggers
+from .views import audit, compensations, definitions, handoffs, instances, meta, tasks, triggers
 
 
 class IdConverter:
@@ -65,6 +65,11 @@ urlpatterns = [
         name="instance-chain-verify",
     ),
     path("v1/instances/<id:pk>/audit/", audit.InstanceAudit.as_view(), name="instance-audit"),
+    path(
+        "v1/instances/<id:pk>/compensations/",
+        compensations.InstanceCompensations.as_view(),
+        name="instance-compensations",
+    ),
     path(
         "v1/triggers/deliveries/",
         triggers.TriggerDeliveries.as_view(),

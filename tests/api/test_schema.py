@@ -48,6 +48,7 @@ def test_the_schema_is_valid_openapi_3_1_and_documents_every_error(anon_client):
         "definitions_publish",
         "instances_start",
         "instances_cancel",
+        "instances_compensations_start",
         "triggers_deliver",
         "tasks_fetch_and_lock",
         "tasks_extend_lock",
