@@ -67,6 +67,11 @@ FACT_WORDS = {
     "engine.migration_requested": gettext_noop("Contract migration requested"),
     "engine.migration_rejected": gettext_noop("Contract migration rejected"),
     "engine.contract_migrated": gettext_noop("Contract migration approved"),
+    "engine.compensations_planned": gettext_noop("Compensations planned"),
+    "compensation.recorded": gettext_noop("Compensation recorded (to undo this step)"),
+    "compensation.approval_void": gettext_noop(
+        "Compensation approval voided: what it was approved for changed"
+    ),
 }
 # The timeline's sentences (translated once per timeline, see Words).
 STARTED = gettext_noop("Instance started")
@@ -157,7 +162,8 @@ def _chain_entries(subject: Subject, step_of_key: dict[str, str], words: Words) 
         state = fact.get("state")
         if kind == "operation.observed" and state:
             what = words[OBSERVED] % {"state": words.state(OperationState, str(state))}
-        step = step_of_key.get(str(fact.get("operation", "")), "")
+        about = fact.get("operation") or fact.get("original") or fact.get("compensation")
+        step = step_of_key.get(str(about or ""), "")
         detail = words[ON_STEP] % {"seq": seq, "step": step} if step else f"#{seq}"
         kind = "decision" if kind.startswith("decision.") else "ledger"
         entries.append(Entry(at, kind, what, names.get(actor, ""), detail))
