@@ -349,6 +349,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "resolve_permission": RESOLVE,
         "open_cases": open_cases_of(instance) if not active else None,
         "external_tasks": external_tasks_of(instance),
+        "linked_runs": list(instance.linked_runs.order_by("pk")),
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
         "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),
