@@ -30,6 +30,7 @@ __all__ = [
     "RunDescriptor",
     "RunProvider",
     "RunProviderRegistry",
+    "resolve_action",
     "run_providers",
     "start_action",
     "step_action",
@@ -195,6 +196,8 @@ class RunProviderRegistry:
                 )
             self._providers[provider.name] = provider
             self._starts[provider.name] = start_action(provider)
+            # Whether a definition resolves is cached by the set of registrations.
+            action_registry.generation += 1
         return provider
 
     def get(self, name: str) -> RunProvider | None:
@@ -222,9 +225,15 @@ class RunProviderRegistry:
             with self._lock:
                 self._providers, self._starts = saved
                 self._overriding -= 1
+                action_registry.generation += 1
 
 
 run_providers = RunProviderRegistry()
+
+
+def resolve_action(name: str) -> ActionDefinition | None:
+    """A module action, or a run provider's start, by the name a definition pins."""
+    return action_registry.get(name) or run_providers.start_of(name)
 
 
 def step_action(node: Mapping[str, Any]) -> ActionDefinition | None:

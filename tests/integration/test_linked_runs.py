@@ -260,3 +260,21 @@ def test_cancel_of_an_unknown_publication_leaves_it_to_the_other_module(django_u
     instance.refresh_from_db()
     assert instance.status == InstanceStatus.CANCELLED
     assert _run().state == RunState.UNKNOWN_PUBLICATION  # Dataflow's to settle
+
+
+def test_the_start_contract_is_pinned_with_the_definition():
+    """A run provider's start is pinned like an action: a release that changes its checks
+    stops running instances before their next step."""
+    import json
+
+    from govflow.demo.dataflow.provider import PUBLICATION
+    from govflow.engine.provider import VerificationCheck
+
+    dataflow.fault_set("hold")
+    instance = started()
+    assert "dataflow.publication" in json.loads(instance.definition.contracts)
+    changed = _replace(PUBLICATION, checks=(VerificationCheck("other", "Look elsewhere."),))
+    with run_providers.override(changed):
+        instance = look(instance)
+    assert instance.status == InstanceStatus.BLOCKED
+    assert "dataflow.publication" in instance.reason and "changed" in instance.reason
