@@ -278,3 +278,41 @@ def test_the_start_contract_is_pinned_with_the_definition():
         instance = look(instance)
     assert instance.status == InstanceStatus.BLOCKED
     assert "dataflow.publication" in instance.reason and "changed" in instance.reason
+
+
+def test_an_uncertain_start_confirmed_by_two_people_watches_the_named_run(django_user_model):
+    """Without the module's lookup, an uncertain start is an ordinary outcome-unknown
+    handoff: effect confirmed carries the run's reference, and that run is watched."""
+    from govflow.demo.dataflow import provider
+    from govflow.handoffs.services.desk import handoff_approve
+
+    real = provider.start
+
+    def crashed(context):
+        real(context)
+        raise ConnectionError("the answer was lost")
+
+    requester = user_with(
+        django_user_model, "rhea", "engine.operate_instance", "recovery.request_decision"
+    )
+    approver = user_with(django_user_model, "arno", "recovery.approve_decision")
+    with run_providers.override(_replace(provider.PUBLICATION, start=crashed, find=None)):
+        instance = started()
+        start_token = Token.objects.get(instance=instance, node_id="publish")
+        assert start_token.state == TokenState.OUTCOME_UNKNOWN
+        assert instance.status == InstanceStatus.BLOCKED
+        decision = handoff_request(
+            instance_id=instance.pk,
+            token_id=start_token.pk,
+            kind=DecisionKind.EFFECT_CONFIRMED,
+            rationale="Dataflow lists the run for this key.",
+            actor=requester,
+            evidence=[evidence()],
+            checks={"dataflow-runs": "DF-00001 has this key."},
+            result={"run": _run().reference},
+        )
+        handoff_approve(decision_id=decision.pk, actor=approver, result_fp=decision.result_fp)
+        instance = look(instance)
+    assert instance.status == InstanceStatus.COMPLETED, instance.reason
+    assert link_of(instance).run_ref == _run().reference
+    assert DataflowRun.objects.count() == 1
