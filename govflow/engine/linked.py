@@ -21,7 +21,14 @@ from django.apps import apps
 
 from recovery.api import RecoveryMode
 
-from .registry import NAME, ActionDefinition, RegistryError, RegistryFrozen, VerificationCheck
+from .registry import (
+    NAME,
+    ActionDefinition,
+    RegistryError,
+    RegistryFrozen,
+    VerificationCheck,
+    validate_action,
+)
 from .registry import registry as action_registry
 from .results import ActionContext, Succeeded, Unknown
 
@@ -137,8 +144,6 @@ def validate_run_provider(provider: RunProvider) -> None:
     if not isinstance(provider.poll_budget, int) or not 1 <= provider.poll_budget <= 10000:
         raise RegistryError(f"{where}: poll_budget must be an integer from 1 to 10000.")
     # The start is an effect like an action's: the same checks apply to it.
-    from .registry import validate_action
-
     validate_action(start_action(provider))
 
 
