@@ -14,6 +14,7 @@ from django.db.models import OuterRef, Q, QuerySet
 
 from govflow.engine.contracts import contracts_of, pinned_fingerprint
 from govflow.engine.definitions import parse_definition
+from govflow.engine.linked import resolve_action
 from govflow.engine.models import (
     Definition,
     ExternalTask,
@@ -157,7 +158,7 @@ def definition_check(document: Any) -> dict[str, Any]:
     ``conflict``).
     """
     spec = parse_definition(document, registry=registry)
-    fp = pinned_fingerprint(document, contracts_of(spec.actions(), registry.get))
+    fp = pinned_fingerprint(document, contracts_of(spec.actions(), resolve_action))
     existing = definition_get(document["key"], document["version"])
     if existing is None:
         published = "no"

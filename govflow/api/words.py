@@ -29,6 +29,12 @@ def step_in_words(token: Token, node: dict[str, Any]) -> str:
                 f"asked again{when}"
             )
         return f"failed, and tried again{when} (back-off)"
+    if state == TokenState.READY and token.wait_kind == WaitKind.LINKED:
+        when = f" at {token.not_before.isoformat()}" if token.not_before else ""
+        return (
+            "waiting for a linked run in another module (that module owns its outcome); "
+            f"asked again{when}"
+        )
     if state == TokenState.READY:
         return "ready to run; a worker picks it up"
     if state == TokenState.EXECUTING:

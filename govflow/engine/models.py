@@ -374,3 +374,6 @@ class ContractMigration(models.Model):
 
 # Kept inputs and outputs of compensable steps (its own module: this one is full).
 from .compensable import CompensableEffect  # noqa: E402, F401
+
+# What a linked run's other module said (its own module, like the one above).
+from .linked_models import LinkedRun, LinkedState  # noqa: E402, F401

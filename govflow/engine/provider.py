@@ -18,6 +18,7 @@ nothing else of the engine needs importing.
 """
 
 from .errors import EngineConflict, EngineError, IntegrityStop, InvalidRequest
+from .linked import RunDescriptor, RunProvider, run_providers
 from .registry import (
     ActionDefinition,
     Compensate,
@@ -29,6 +30,7 @@ from .registry import (
 from .results import ActionContext, Failed, Pending, Result, Succeeded, Unknown
 
 register = registry.register
+register_run_provider = run_providers.register
 
 __all__ = [
     "ActionContext",
@@ -43,9 +45,13 @@ __all__ = [
     "RegistryError",
     "RegistryFrozen",
     "Result",
+    "RunDescriptor",
+    "RunProvider",
     "Succeeded",
     "Unknown",
     "VerificationCheck",
     "register",
+    "register_run_provider",
     "registry",
+    "run_providers",
 ]

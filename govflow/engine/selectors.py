@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from recovery.api import trail_read
 
+from .linked import step_action
 from .models import (
     ContractMigration,
     Definition,
@@ -25,7 +26,7 @@ from .models import (
     WaitKind,
 )
 from .projection import instance_subject
-from .registry import ActionDefinition, registry
+from .registry import ActionDefinition
 from .services.definitions import trusted_spec
 from .states import TERMINAL_STATUSES
 
@@ -81,7 +82,7 @@ def node_of(instance: Instance, token: Token) -> dict[str, Any]:
 
 def action_of(instance: Instance, token: Token) -> ActionDefinition | None:
     """The registered action a step calls, or None (not an action, or not installed)."""
-    return registry.get(node_of(instance, token).get("action", ""))
+    return step_action(node_of(instance, token))
 
 
 def engine_incidents_of(instance: Instance) -> QuerySet[Incident]:

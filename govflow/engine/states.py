@@ -47,6 +47,7 @@ class WaitKind(models.TextChoices):
     RETRY = "retry", _("Retry backoff")
     JOIN = "join", _("Parallel join")
     RECONCILE = "reconcile", _("Asking the provider (reconcile)")
+    LINKED = "linked", _("Linked run (asking the other module)")
 
 
 class TimerState(models.TextChoices):

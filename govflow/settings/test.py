@@ -22,6 +22,7 @@ RECOVERY_CHAIN_KEYS = os.environ.get(
 INSTALLED_APPS = [
     *INSTALLED_APPS,  # noqa: F405
     "govflow.demo",
+    "govflow.demo.dataflow",
     "tests.providers.alpha",
     "tests.providers.beta",
 ]

@@ -54,6 +54,9 @@ GLOBAL_MODELS = {
     "axes_accesslog": None,
     # Rights changes waiting for a second administrator (issue 14 part 3).
     "identity_rightschange": "rightschange",
+    # The Dataflow demo module's own records (issue 13 part 2): its runs, its fault switch.
+    "dataflow_dataflowrun": None,
+    "dataflow_faultswitch": None,
 }
 # Pages of the site itself: expected statuses for a staff user without a role.
 SITE = {

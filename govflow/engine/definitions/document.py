@@ -64,7 +64,10 @@ class Spec:
         return self.document["version"]
 
     def actions(self) -> set[str]:
-        return {n["action"] for n in self.nodes.values() if n["type"] == "action"}
+        """The actions whose contracts are pinned: module actions and linked runs' starts."""
+        return {n["action"] for n in self.nodes.values() if n["type"] == "action"} | {
+            n["run_provider"] for n in self.nodes.values() if n["type"] == "linked_run"
+        }
 
 
 def definition_fingerprint(document: Mapping[str, Any], *, contracts: Mapping[str, Any]) -> str:

@@ -33,6 +33,10 @@ DEFAULT_TASK_RETRIES = 3
 # only by an operator.
 COMPENSATE_ON = ("cancel", "failure", "operator")
 
+# What a linked run's failure does: the step fails (the instance with it), or it completes
+# with {"state": "failed", "reason_code": …} for a gateway after it to route on.
+LINKED_ON_FAILURE = ("fail", "continue")
+
 # Node type → (required fields, optional fields), besides "id", "type" and "title".
 NODE_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "start": (set(), set()),
@@ -43,6 +47,7 @@ NODE_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "timer": (set(), {"duration", "at"}),
     "trigger": ({"message", "correlation"}, {"output"}),
     "approval": ({"permission"}, {"output"}),
+    "linked_run": ({"run_provider"}, {"input", "output", "on_failure"}),
     "exclusive": (set(), set()),
     "parallel_split": (set(), set()),
     "parallel_join": (set(), set()),

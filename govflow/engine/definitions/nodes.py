@@ -8,9 +8,11 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime, parse_duration
 
+from ..linked import run_providers
 from ..registry import ActionRegistry, compensation_problem
 from .limits import (
     COMPENSATE_ON,
+    LINKED_ON_FAILURE,
     MAX_TASK_RETRIES,
     MAX_TIMER,
     NODE_FIELDS,
@@ -227,6 +229,28 @@ def _check_approval(where: str, node: dict, problems: Problems, registry) -> Non
         problems.append(f"{where}: 'permission' must be 'app_label.codename'.")
 
 
+def _check_linked_run(where: str, node: dict, problems: Problems, registry) -> None:
+    name = node.get("run_provider")
+    if "run_provider" in node and not (isinstance(name, str) and name):
+        problems.append(
+            f"{where}: 'run_provider' must be the name of a registered run provider, such "
+            "as 'dataflow.publication'."
+        )
+    elif isinstance(name, str) and registry is not None and run_providers.get(name) is None:
+        known = ", ".join(p.name for p in run_providers.all()) or "none is installed"
+        problems.append(
+            f"{where}: no installed module registers the run provider {name!r} (known: "
+            f"{known}). Install the module that runs it, or fix the name."
+        )
+    if "on_failure" in node and node["on_failure"] not in LINKED_ON_FAILURE:
+        problems.append(
+            f"{where}: 'on_failure' must be \"fail\" (the step fails, and the instance "
+            'with it) or "continue" (the step completes with {"state": "failed", '
+            '"reason_code": …} for a gateway to route on); '
+            f"not {node['on_failure']!r}."
+        )
+
+
 _KIND_CHECKS: dict[str, Callable[[str, dict, Problems, Any], None]] = {
     "action": _check_action,
     "timer": _check_timer,
@@ -234,6 +258,7 @@ _KIND_CHECKS: dict[str, Callable[[str, dict, Problems, Any], None]] = {
     "external": _check_external,
     "external_task": _check_external_task,
     "approval": _check_approval,
+    "linked_run": _check_linked_run,
 }
 
 

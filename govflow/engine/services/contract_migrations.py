@@ -27,10 +27,10 @@ from ..contracts import action_contract, contract_changes
 from ..db import clock, engine_commit
 from ..errors import EngineConflict, InvalidRequest, NotPermitted
 from ..limits import admit_text
+from ..linked import resolve_action
 from ..models import ContractMigration, Instance, InstanceStatus, MigrationState
 from ..projection import instance_subject
 from ..queue import instance_mark_runnable
-from ..registry import registry
 from ..states import TERMINAL_STATUSES
 from .instances import InstanceHeld
 from .migrated import MIGRATED, approved_contracts
@@ -65,7 +65,7 @@ def migration_candidates(instance: Instance) -> list[tuple[str, str]]:
     """The actions of ``instance`` whose provider changed them: (action, what changed)."""
     found = []
     for name, contract in sorted(pinned_contracts(instance).items()):
-        action = registry.get(name)
+        action = resolve_action(name)
         change = action and contract_changes(name, contract, action_contract(action))
         if change:
             found.append((name, change))
@@ -135,7 +135,7 @@ def _migratable(instance_id: int, action: str) -> tuple[Instance, dict[str, dict
             f"{instance.definition} does not use action {action!r}; it uses "
             f"{', '.join(sorted(pinned)) or 'no action'}."
         )
-    provided = registry.get(action)
+    provided = resolve_action(action)
     if provided is None:
         raise InvalidRequest(
             f"No installed provider registers {action}. A migration accepts a changed "
@@ -186,7 +186,7 @@ def instance_migrate_approve(*, migration_id: int, actor) -> ContractMigration:
             "The person who requested a migration cannot approve it: a second person must "
             "check that the instance may go on under the new contract."
         )
-    provided = registry.get(migration.action)
+    provided = resolve_action(migration.action)
     if provided is None or action_contract(provided) != migration.accepted:
         raise EngineConflict(
             f"The provider changed {migration.action} again since migration {migration_id} "

@@ -33,6 +33,7 @@ from recovery.api import (
 )
 
 from ..conf import lease_ttl
+from ..linked import step_action
 from ..models import Token, TokenState
 from ..registry import ActionDefinition, registry
 from ..results import ActionContext
@@ -235,11 +236,12 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
 
     Reads only (see :func:`prepare`).
     """
-    action = registry.get(node["action"])
+    action = step_action(node)  # a module action, or a linked run's start
     if action is None:
+        name = node.get("action") or node.get("run_provider")
         raise StepRejected(
             "action_missing",
-            f"No installed provider registers {node['action']}; install its module.",
+            f"No installed provider registers {name}; install its module.",
         )
     input_value, preview, access = prepare(run, token, node, action)
     definition_fp = run.definition_fp  # re-hashed from the stored definition, not copied

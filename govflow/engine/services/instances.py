@@ -37,6 +37,7 @@ from ..projection import instance_subject, projection_of
 from ..queue import instance_mark_runnable
 from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
+from .linked import linked_cancel_record, linked_cancel_send
 from .rehydration import rehydrate
 from .routing import Router
 from .run import Run, instance_lease_key, load_run
@@ -240,6 +241,9 @@ def instance_cancel(*, instance_id: int, actor, reason: str) -> Instance:
             run.flush(Router(run), status=InstanceStatus.CANCELLED, reason=note[:4000])
             # Compensations on cancel are recorded with the cancel, never inferred later.
             saga_plan_on_cancel(run)
+            to_cancel = linked_cancel_record(run)
+    # The other modules are asked to stop their runs after the cancel is durable.
+    linked_cancel_send(to_cancel)
     return Instance.objects.get(pk=instance_id)
 
 

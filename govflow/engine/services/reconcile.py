@@ -47,8 +47,9 @@ from recovery.api import (
 
 from ..db import clock
 from ..errors import EngineConflict, InvalidRequest
+from ..linked import step_action
 from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..registry import ActionDefinition, registry
+from ..registry import ActionDefinition
 from ..results import ActionContext, Failed, Succeeded, Unknown
 from ..variables import MissingVariable, build_input
 from .answers import answer_values
@@ -123,7 +124,7 @@ def provider_ask(run: Run, token: Token, *, asked_by) -> Asked:
     ``asked_by`` is the operator who asked, or None for the engine's own ladder.
     """
     node = run.spec.nodes[token.node_id]
-    action = registry.get(node.get("action", ""))
+    action = step_action(node)
     if action is None or not action.asks_provider:
         raise InvalidRequest(
             f"The provider of step '{token.node_id}' has no reconcile hook and no automatic "

@@ -16,8 +16,8 @@ from typing import Any
 from recovery.api import OperationState, OperationView, operation_get, operation_observe
 
 from ..db import clock
+from ..linked import step_action
 from ..models import InstanceStatus, KeptAnswer, Token, TokenState
-from ..registry import registry
 from ..results import Failed, Pending, Succeeded, Unknown
 from .answers import ladder_wait
 from .blocking import block
@@ -38,7 +38,7 @@ def settle_kept(run: Run, token: Token, key: str) -> bool:
     if kept is None:
         return False
     node = run.spec.nodes[token.node_id]
-    action = registry.get(node.get("action", ""))
+    action = step_action(node)
     if action is None:
         return False  # rehydration decides: the provider is gone
     outcome = KeptAnswer.Outcome
@@ -95,7 +95,7 @@ def _unknown_after_restart(run: Run, token: Token, key: str) -> None:
         "recording its outcome. The effect may or may not have happened: "
         "an operator must record effect confirmed or effect absent."
     )
-    action = registry.get(run.spec.nodes[token.node_id].get("action", ""))
+    action = step_action(run.spec.nodes[token.node_id])
     run.update_token(
         token,
         TokenState.EXECUTING,

@@ -140,7 +140,7 @@ class Router:
         if kind == "parallel_join":
             self.arrive_at_join(node_id)
             return
-        if kind == "action":
+        if kind in {"action", "linked_run"}:
             self.new_token(node_id, TokenState.READY)
             return
         if kind == "timer":
@@ -235,10 +235,11 @@ def derive_status(active_tokens) -> str:
     states = {t.state for t in active_tokens}
     if TokenState.OUTCOME_UNKNOWN in states:
         return InstanceStatus.BLOCKED
-    # A ready token that polls a pending provider waits for that provider, not for us.
+    # A ready token that polls a pending provider (or watches a linked run) waits for
+    # that provider, not for us.
     if any(
         t.state == TokenState.EXECUTING
-        or (t.state == TokenState.READY and t.wait_kind != WaitKind.POLL)
+        or (t.state == TokenState.READY and t.wait_kind not in (WaitKind.POLL, WaitKind.LINKED))
         for t in active_tokens
     ):
         return InstanceStatus.RUNNING

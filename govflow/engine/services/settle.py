@@ -35,6 +35,7 @@ from ..variables import apply_output
 from .answers import ladder_wait, late_answer_keep
 from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
 from .dispatch import ChainedDispatchRefused, Next, dispatch_next
+from .linked_watch import is_linked_start, watch_begin
 from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
 from .run import Run
@@ -215,8 +216,13 @@ def complete_with_output(
 
     The one way a step's result becomes variables, whether a provider returned it
     (:func:`succeed`) or an operator confirmed it (``handoffs.services.desk``). A
-    compensable action's input and output are kept first (``compensable``).
+    compensable action's input and output are kept first (``compensable``). A linked
+    run's start is not routed on: its run is watched (``linked_watch``).
     """
+    if is_linked_start(node, token):
+        # A linked run's start: its output is the run's reference, not the node's result.
+        watch_begin(run, token, node, output, expected=expected, reason=reason, extra=extra)
+        return
     compensable_keep(run, token, node, output, key=(extra or {}).get("operation_key"))
     apply_output(run.variables, token.node_id, node.get("output"), output)
     run.update_token(token, expected, state=TokenState.COMPLETED, reason=reason, **(extra or {}))

@@ -31,6 +31,8 @@ from .dispatch import (
     dispatch_next,
     plan_action,
 )
+from .linked import linked_look
+from .linked_watch import is_linked_start
 from .routing import RouteError
 from .run import Run
 from .settle import output_refusal, retry_or_fail, settle, succeed
@@ -48,6 +50,11 @@ def run_token(run: Run, token: Token, prepared: Next = None) -> Next:
         if node["type"] == "action":
             deferred = prepared if isinstance(prepared, Defer) else None
             return run_action(run, token, node, deferred)
+        if node["type"] == "linked_run":
+            # Its start is dispatched like an action; its watch only looks (``linked``).
+            if is_linked_start(node, token):
+                return run_action(run, token, node)
+            return linked_look(run, token, node)
         return complete_wait(run, token, node)
     except RouteError as exc:
         block(run, token, "route", f"The workflow cannot continue: {exc}.")

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from govflow.engine.admin.base import pretty_json
+from govflow.engine.linked import step_action
 from govflow.engine.models import (
     Incident,
     Instance,
@@ -24,7 +25,7 @@ from govflow.engine.models import (
     WaitKind,
 )
 from govflow.engine.outputs import result_fields
-from govflow.engine.registry import ActionDefinition, registry
+from govflow.engine.registry import ActionDefinition
 from govflow.engine.selectors import (
     engine_incidents_of,
     external_tasks_of,
@@ -125,7 +126,7 @@ def _step_rows(request, instance: Instance, tokens, open_by_key, bound, ops, lat
     rows = []
     for token in tokens:
         node = dict(nodes.get(token.node_id, {}))
-        action = registry.get(node.get("action", "")) if node.get("type") == "action" else None
+        action = step_action(node) if node.get("type") in ("action", "linked_run") else None
         row = StepRow(
             token=token,
             node_type=node.get("type", "?"),
@@ -271,7 +272,7 @@ def _decision_rows(request, instance: Instance, decisions, bound) -> list[Decisi
     rows = []
     for decision in decisions:
         node = nodes.get(decision.operation.step_id, {})
-        schema = result_schema_of(registry.get(node.get("action", "")), node)
+        schema = result_schema_of(step_action(node), node)
         row = DecisionRow(
             decision=decision,
             evidence=[(f, evidence_url(f)) for f in decision_evidence(decision)],
@@ -372,6 +373,7 @@ def detail_context(request, instance: Instance, bound: dict | None = None) -> di
         "resolve_permission": RESOLVE,
         "open_cases": None if active else open_cases_in(tokens, engine_incidents, integrity),
         "external_tasks": external_tasks_of(instance),
+        "linked_runs": list(instance.linked_runs.order_by("pk")),
         "integrity_incidents": integrity,
         "blocking_incident": next((i for i in integrity if i.status == IncidentStatus.OPEN), None),
         "see_integrity_incidents": user.has_perm(VIEW_INTEGRITY),

@@ -10,8 +10,8 @@ from django.http import Http404
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
 
+from govflow.engine.linked import step_action
 from govflow.engine.models import Instance, InstanceStatus, Token
-from govflow.engine.registry import registry
 from govflow.engine.selectors import (
     dead_task_of,
     engine_incidents_of,
@@ -199,7 +199,7 @@ class StepActions:
             instance,
             token,
             node,
-            registry.get(node.get("action", "")),
+            step_action(node),
             *self._post(request),
             initial_result=initial_result,
         )

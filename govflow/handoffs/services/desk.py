@@ -11,13 +11,14 @@ from typing import Any
 
 from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.limits import admit_json, admit_text, payload_max_bytes
+from govflow.engine.linked import step_action
 from govflow.engine.models import InstanceStatus, Token, TokenState, WaitKind
 from govflow.engine.outputs import output_problems, result_schema
 from govflow.engine.queue import instance_mark_runnable
-from govflow.engine.registry import registry
 from govflow.engine.selectors import step_get
 from govflow.engine.services.definitions import spec_of
 from govflow.engine.services.instances import InstanceHeld
+from govflow.engine.services.linked import LINKED_DECISION_REFUSED
 from govflow.engine.services.reconcile import Asked, provider_ask
 from govflow.engine.services.routing import Router
 from govflow.engine.services.settle import complete_with_output
@@ -136,12 +137,15 @@ def handoff_request(
             "'engine.operate_instance' is required."
         )
     token = step_get(instance_id=instance_id, token_id=token_id)
+    if token is not None and token.wait_kind == WaitKind.LINKED:
+        # The other module's publication outcome is its own to settle (I11).
+        raise EngineConflict(LINKED_DECISION_REFUSED)
     if token is None or token.state != TokenState.OUTCOME_UNKNOWN:
         raise EngineConflict("Only a step whose outcome is unknown takes a decision.")
     if kind == DecisionKind.CANCEL and token.instance.status == InstanceStatus.CANCELLED:
         raise EngineConflict(CANCELLED_ALREADY)
     node = spec_of(token.instance.definition).nodes[token.node_id]
-    action = registry.get(node.get("action", ""))
+    action = step_action(node)
     required = [c.id for c in action.checks] if action else []
     return decision_request(
         operation_key=token.operation_key,
@@ -183,7 +187,7 @@ def handoff_approve(*, decision_id: int, actor, result_fp: str | None = None) ->
             raise EngineConflict(CANCELLED_ALREADY)
         node = run.spec.nodes[token.node_id]
         if decision.kind == DecisionKind.EFFECT_CONFIRMED:
-            _still_fits(decision, registry.get(node.get("action", "")), node)
+            _still_fits(decision, step_action(node), node)
         try:
             with run.commit():
                 approved = decision_approve(

@@ -10,8 +10,9 @@ class AlphaConfig(AppConfig):
         from govflow.engine import provider
 
         from .actions import ALL
-        from .effects import pause_after_demo_registration
+        from .effects import pause_after_dataflow_start, pause_after_demo_registration
 
         for action in ALL:
             provider.register(action)
         pause_after_demo_registration()
+        pause_after_dataflow_start()

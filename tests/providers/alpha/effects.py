@@ -121,3 +121,23 @@ def pause_after_demo_registration() -> None:
         return record
 
     store.application_register = registered
+
+
+def pause_after_dataflow_start() -> None:
+    """In a process test's workers, park right after the Dataflow module created a run
+    (pause point ``dataflow_started``), before the engine records the start's answer.
+
+    Only where ``ALPHA_PAUSE_DIR`` is set, as :func:`pause_after_demo_registration`.
+    """
+    if not os.environ.get("ALPHA_PAUSE_DIR"):
+        return
+    from govflow.demo.dataflow import services
+
+    original = services.run_start
+
+    def started(**kwargs):
+        run = original(**kwargs)
+        pause_point("dataflow_started")
+        return run
+
+    services.run_start = started

@@ -20,6 +20,7 @@ from recovery.api import incident_report
 
 from ...contracts import action_contract, contract_changes, stored_fingerprint
 from ...definitions import DefinitionInvalid, Spec, parse_definition
+from ...linked import resolve_action
 from ...models import Definition, Instance
 from ...projection import instance_subject
 from ...registry import registry
@@ -202,7 +203,7 @@ def _drift(contracts: str, migrated: str, generation: int) -> tuple[str, ...]:
     pinned = json.loads(contracts) | (json.loads(migrated) if migrated else {})
     changes = []
     for name, contract in sorted(pinned.items()):
-        action = registry.get(name)
+        action = resolve_action(name)
         if action is not None:
             change = contract_changes(name, contract, action_contract(action))
             if change:

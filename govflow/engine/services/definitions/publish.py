@@ -17,6 +17,7 @@ from ...db import clock
 from ...definitions import DefinitionInvalid, parse_definition
 from ...errors import DefinitionConflict, InvalidRequest
 from ...limits import admit_text, definition_max_bytes
+from ...linked import resolve_action
 from ...models import Definition
 from ...registry import registry
 
@@ -42,7 +43,7 @@ def definition_publish(*, document: Any, source: str = "", actor=None) -> Defini
         raise DefinitionInvalid([str(exc)]) from None
     spec = parse_definition(document, registry=registry)
     body = data.decode()
-    contracts = contracts_of(spec.actions(), registry.get)
+    contracts = contracts_of(spec.actions(), resolve_action)
     pinned = canonical_bytes(contracts).decode()
     fp = pinned_fingerprint(document, contracts)
     existing = Definition.objects.filter(key=document["key"], version=document["version"]).first()
