@@ -39,11 +39,13 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.lock:
                     receiver.received.append(Received(dict(self.headers.items()), body))
-                    status = receiver.script.pop(0) if len(receiver.script) > 1 else receiver.script[0]
+                    status = (
+                        receiver.script.pop(0) if len(receiver.script) > 1 else receiver.script[0]
+                    )
                 if receiver.hold:
                     receiver.held.set()
                     receiver.release.wait(60)
