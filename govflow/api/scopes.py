@@ -38,6 +38,11 @@ SCOPES: dict[str, tuple[str, str]] = {
         "recovery.view_checkpoint",
         "Read an instance's ledger and checkpoint chain, verify it, export the audit trail.",
     ),
+    "webhooks:manage": (
+        "events.change_subscription",
+        "Register, read, pause and resume the tenant's webhook subscriptions; rotate their "
+        "secrets.",
+    ),
 }
 TASK_PERMISSION = "engine.change_externaltask"
 TASK_SCOPE = re.compile(r"^tasks:[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
