@@ -141,42 +141,53 @@ class WebhookDetail(WebhookView):
         return Response(shapes.Webhook(self.present(self.own(pk))).data)
 
 
-class WebhookSetActive(WebhookView):
-    scopes = {"POST": SCOPE}
-    active = True
-
-    @extend_schema(
+def _set_active_schema(operation_id: str, summary: str, description: str):
+    return extend_schema(
         tags=TAG,
-        summary="Resume or pause a webhook subscription",
-        description=(
-            "Paused, it gets no new events; deliveries already due wait until it is "
-            "resumed. Scope: webhooks:manage."
-        ),
+        operation_id=operation_id,
+        summary=summary,
+        description=f"{description} Scope: webhooks:manage.",
         request=None,
         parameters=[path_id, IDEMPOTENCY_HEADER, REPLAYED_HEADER],
         responses=shapes.Webhook,
     )
-    @idempotent
-    def post(self, request, pk: int):
-        self.own(pk)
-        subscription_set_active(subscription_id=pk, active=self.active, actor=self.actor())
-        return Response(shapes.Webhook(self.present(self.own(pk))).data)
+
+
+class WebhookChange(WebhookView):
+    scopes = {"POST": SCOPE}
 
     def actor(self):
         return None if self.principal.key is not None else self.request.user
 
-
-@extend_schema(operation_id="webhooks_activate")
-class WebhookActivate(WebhookSetActive):
-    active = True
-
-
-@extend_schema(operation_id="webhooks_deactivate")
-class WebhookDeactivate(WebhookSetActive):
-    active = False
+    def set_active(self, pk: int, active: bool) -> Response:
+        self.own(pk)
+        subscription_set_active(subscription_id=pk, active=active, actor=self.actor())
+        return Response(shapes.Webhook(self.present(self.own(pk))).data)
 
 
-class WebhookRotateSecret(WebhookSetActive):
+class WebhookActivate(WebhookChange):
+    @_set_active_schema(
+        "webhooks_activate",
+        "Resume a webhook subscription",
+        "It gets new events again; the deliveries that waited are made, in order.",
+    )
+    @idempotent
+    def post(self, request, pk: int):
+        return self.set_active(pk, True)
+
+
+class WebhookDeactivate(WebhookChange):
+    @_set_active_schema(
+        "webhooks_deactivate",
+        "Pause a webhook subscription",
+        "Paused, it gets no new events; deliveries already due wait until it is resumed.",
+    )
+    @idempotent
+    def post(self, request, pk: int):
+        return self.set_active(pk, False)
+
+
+class WebhookRotateSecret(WebhookChange):
     @extend_schema(
         tags=TAG,
         operation_id="webhooks_rotate_secret",
