@@ -54,8 +54,8 @@ TIMEOUT = Setting(
     10,
     float,
     "seconds",
-    "how long one attempt may take (connect and answer); longer counts as a failed attempt. "
-    "Must be shorter than `GOVFLOW_PUBLISHER_LEASE_TTL`",
+    "how long an attempt waits to connect, and then for the answer (each read); longer "
+    "counts as a failed attempt. Must be under two thirds of `GOVFLOW_PUBLISHER_LEASE_TTL`",
 )
 LEASE_TTL = Setting(
     "GOVFLOW_PUBLISHER_LEASE_TTL",
