@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from govflow.engine.models import Definition
 from govflow.engine.tenancy import ROLES, tenant_group_name
+from govflow.events.models import Delivery
 from recovery.models import Checkpoint
 from tests.desk_rows import FP, definitions, detail_objects
 from tests.identity import verified_login
@@ -40,6 +41,7 @@ TENANT_MODELS = {
     # Webhooks (issue 13 part 3): a tenant's subscriptions and their deliveries.
     "events_subscription": "subscription",
     "events_delivery": "delivery",
+    "events_event": "event",
 }
 GLOBAL_MODELS = {
     "engine_definition": "definition",
@@ -167,6 +169,7 @@ def world(django_user_model):
     ids["group"] = Group.objects.get(name="Operator").pk
     ids["rightschange"] = make_rights_change(django_user_model, requester)
     ids["subscription"], ids["delivery"] = make_dead_letter("north", instance_id)
+    ids["event"] = Delivery.objects.get(pk=ids["delivery"]).event_id
     return ids
 
 

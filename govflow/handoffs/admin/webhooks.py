@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy
 
 from govflow.engine.admin.base import ReadOnlyAdmin
 from govflow.engine.tenancy import scope, tenant_choices
-from govflow.events.models import Delivery, EventType, Subscription
+from govflow.events.models import Delivery, Event, EventType, Subscription
 from govflow.events.services import (
     REDELIVER,
     DeliveryConflict,
@@ -235,3 +235,17 @@ class DeliveryAdmin(ReadOnlyAdmin):
                 ),
             )
         return redirect(back)
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    """The outbox's events, as written (the *Records*: auditors and administrators)."""
+
+    list_display = ("event_id", "type", "tenant", "instance_id", "seq", "created_at")
+    list_filter = ("type",)
+    search_fields = ("event_id", "instance_id")
+    fields = ("event_id", "type", "tenant", "instance_id", "seq", "data", "created_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return scope(super().get_queryset(request), request.user)
