@@ -125,3 +125,85 @@ def test_event_data_refuses_inputs_and_texts():
         )
     with pytest.raises(ValueError, match="not an event type"):
         event_record(type="instance.exploded", instance_id=1, tenant="t")
+
+
+def test_a_completion_refused_by_the_fence_leaves_no_completed_event(settings):
+    """A worker whose lease was taken over during the call cannot commit the step that
+    would end the instance: no instance.completed without the completion."""
+    from govflow.engine.registry import registry
+    from govflow.engine.services.run import instance_lease_key
+    from govflow.engine.services.runtime import instance_run
+    from recovery import api
+    from tests.engine_helpers import alpha_write, take_over
+    from tests.providers.alpha import actions as alpha
+
+    settings.GOVFLOW_LEASE_TTL = 1.0
+    thief = {}
+
+    def slow(context):
+        thief["fence"] = take_over(instance_lease_key(context.instance_id))
+        return alpha.write.execute(context)
+
+    with registry.override(alpha_write(execute=slow)):
+        instance = start(linear(action("a")))
+        report = instance_run(instance_id=instance.pk, worker="worker-1")
+    assert report.stale
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.RUNNING
+    assert [t for _, t in events_of(instance)] == ["instance.started"]
+    # The new holder finds the step uncertain: its events, in their own commit.
+    api.lease_release(fence=thief["fence"])
+    settings.GOVFLOW_LEASE_TTL = 30
+    instance = drive(instance)
+    assert instance.status == InstanceStatus.BLOCKED
+    assert [t for _, t in events_of(instance)] == [
+        "instance.started",
+        "handoff.opened",
+        "step.blocked",
+    ]
+
+
+def test_a_failed_step_opens_an_incident_and_its_resolution_is_an_event(django_user_model):
+    from govflow.engine.models import Incident
+    from govflow.engine.provider import Failed
+    from govflow.handoffs.services.incidents import engine_incident_resolve
+
+    effects.SCRIPT["alpha.write"] = [Failed("refused by the registry", permanent=True)]
+    instance = drive(start(linear(action("a"))))
+    assert instance.status == InstanceStatus.FAILED
+    incident = Incident.objects.get(instance_id=instance.pk)
+    types = [t for _, t in events_of(instance)]
+    assert types == ["instance.started", "incident.opened", "instance.failed"]
+    opened = Event.objects.get(instance_id=instance.pk, type="incident.opened")
+    assert opened.data == {
+        "instance": instance.pk,
+        "incident": incident.pk,
+        "kind": "step_failed",
+        "step": "a",
+    }
+    assert "refused by the registry" not in str(Event.objects.values_list("data", flat=True))
+    operator = user_with(django_user_model, "op", "engine.operate_instance")
+    engine_incident_resolve(incident_id=incident.pk, actor=operator, rationale="Looked.")
+    resolved = Event.objects.get(instance_id=instance.pk, type="incident.resolved")
+    assert resolved.data == {
+        "instance": instance.pk,
+        "incident": incident.pk,
+        "kind": "step_failed",
+    }
+
+
+def test_a_compensation_recorded_on_cancel_is_an_event(django_user_model):
+    from recovery import api
+
+    operator = user_with(django_user_model, "op", "engine.operate_instance")
+    wait = {"id": "wait", "type": "timer", "duration": "PT1H"}
+    step = action("a", "alpha.charge", value="amount_a", compensate_on=["cancel"])
+    instance = drive(start(linear(step, wait), {"amount_a": "a-10EUR"}))
+    instance_cancel(instance_id=instance.pk, actor=operator, reason="withdrawn")
+    [intent] = api.compensations_of(api.Subject("govflow.instance", str(instance.pk)))
+    types = [t for _, t in events_of(instance)]
+    assert types == ["instance.started", "compensation.recorded", "instance.cancelled"]
+    recorded = Event.objects.get(instance_id=instance.pk, type="compensation.recorded")
+    assert recorded.data["compensation"] == intent.key
+    assert recorded.data["original"] == intent.original_key
+    assert recorded.data["trigger"] == "cancel"
