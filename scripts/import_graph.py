@@ -21,6 +21,7 @@ APPS = (
     "govflow.handoffs",
     "govflow.api",
     "govflow.demo",
+    "govflow.events",
     "govflow.settings",
     "recovery",
     "govflow",

@@ -26,3 +26,8 @@ Q_CLUSTER = {
     **Q_CLUSTER,
     "poll": _env("GOVFLOW_Q_POLL", Q_CLUSTER["poll"]),
 }
+
+# The outbox's publisher (ADR 0032): its lease and a webhook attempt's timeout.
+GOVFLOW_PUBLISHER_LEASE_TTL = _env("GOVFLOW_PUBLISHER_LEASE_TTL", 30)
+GOVFLOW_WEBHOOK_TIMEOUT = _env("GOVFLOW_WEBHOOK_TIMEOUT", 10)
+GOVFLOW_PUBLISHER_TICK = _env("GOVFLOW_PUBLISHER_TICK", 1)

@@ -151,10 +151,12 @@ def claim(*, owner: str, key: str, method: str, path: str, fp: str) -> Claim:
 
 def complete(record: IdempotencyRecord, response: Response) -> None:
     headers = {h: response[h] for h in _STORED_HEADERS if response.has_header(h)}
+    # Fields a view will not have stored (a secret shown once) are kept as null.
+    data = {**response.data, **dict.fromkeys(getattr(response, "not_kept", ()))}
     IdempotencyRecord.objects.filter(pk=record.pk, state=IdempotencyState.IN_PROGRESS).update(
         state=IdempotencyState.COMPLETED,
         status_code=response.status_code,
-        response_data=response.data,
+        response_data=data if getattr(response, "not_kept", ()) else response.data,
         response_headers=headers,
         completed_at=Now(),
     )

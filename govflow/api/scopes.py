@@ -47,6 +47,11 @@ SCOPES: dict[str, tuple[str, str]] = {
         "Start the compensations of the tenant's cancelled or failed instances (running "
         "one that needs approval stays with two people on the desk).",
     ),
+    "webhooks:manage": (
+        "events.change_subscription",
+        "Register, read, pause and resume the tenant's webhook subscriptions; rotate their "
+        "secrets.",
+    ),
 }
 TASK_PERMISSION = "engine.change_externaltask"
 TASK_SCOPE = re.compile(r"^tasks:[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")

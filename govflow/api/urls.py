@@ -3,7 +3,17 @@
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
-from .views import audit, compensations, definitions, handoffs, instances, meta, tasks, triggers
+from .views import (
+    audit,
+    compensations,
+    definitions,
+    handoffs,
+    instances,
+    meta,
+    tasks,
+    triggers,
+    webhooks,
+)
 
 
 class IdConverter:
@@ -88,5 +98,22 @@ urlpatterns = [
     path("v1/tasks/<id:pk>/complete/", tasks.Complete.as_view(), name="task-complete"),
     path("v1/tasks/<id:pk>/fail/", tasks.Fail.as_view(), name="task-fail"),
     path("v1/tasks/<id:pk>/bpmn-error/", tasks.BpmnError.as_view(), name="task-bpmn-error"),
+    path("v1/webhooks/", webhooks.WebhookList.as_view(), name="webhook-list"),
+    path("v1/webhooks/<id:pk>/", webhooks.WebhookDetail.as_view(), name="webhook-detail"),
+    path(
+        "v1/webhooks/<id:pk>/activate/",
+        webhooks.WebhookActivate.as_view(),
+        name="webhook-activate",
+    ),
+    path(
+        "v1/webhooks/<id:pk>/deactivate/",
+        webhooks.WebhookDeactivate.as_view(),
+        name="webhook-deactivate",
+    ),
+    path(
+        "v1/webhooks/<id:pk>/rotate-secret/",
+        webhooks.WebhookRotateSecret.as_view(),
+        name="webhook-rotate-secret",
+    ),
     re_path(r"^(?P<rest>.*)$", meta.not_found, name="not-found"),
 ]

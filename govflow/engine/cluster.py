@@ -12,6 +12,10 @@ of any lock the thread held). So the main thread closes its connections, the clu
 started, and only then does the thread start; django-q2 forks nothing else from the main
 process afterwards (the sentinel forks the workers).
 
+A :class:`PublisherThread` beside it delivers the event outbox's webhooks
+(``govflow.events.publisher``, ADR 0032), fenced by its own ``govflow:publisher`` lease in
+the same way: one publishes, the other clusters stand by.
+
 On PostgreSQL each process of the cluster that names itself as a lease holder holds its
 liveness lock on a connection of its own (``liveness.py``, ADR 0022), so a sweeper on any
 host sees at once that the cluster was killed.
@@ -26,7 +30,9 @@ import time
 from django.db import connections
 from django_q.cluster import Cluster
 
-from .liveness import liveness_lock_disable, liveness_lock_enable
+from govflow.events.publisher import Publisher
+
+from .liveness import holder_is_dead, liveness_lock_disable, liveness_lock_enable, worker_name
 from .services.sweep import Sweeper
 
 log = logging.getLogger("govflow.engine.sweep")
@@ -66,6 +72,34 @@ class SweeperThread(threading.Thread):
                     if not conn.in_atomic_block:
                         conn.close()
                 self.stop_event.wait(RESTART_AFTER)
+
+
+class PublisherThread(threading.Thread):
+    """A standby publisher for as long as the cluster runs; set ``stop_event`` to end it.
+
+    Its webhook calls may take up to ``GOVFLOW_WEBHOOK_TIMEOUT`` each, which is why it is
+    a thread of its own and not a part of the sweep. Errors are handled as the sweeper's.
+    """
+
+    def __init__(self, *, stop_event: threading.Event) -> None:
+        super().__init__(name="govflow-publisher", daemon=True)
+        self.stop_event = stop_event
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    Publisher(
+                        holder=worker_name(), stop=self.stop_event, is_dead=holder_is_dead
+                    ).run(standby=True)
+                except Exception:
+                    log.exception("the publisher failed; it stands by again in %g s", RESTART_AFTER)
+                    for conn in connections.all(initialized_only=True):
+                        if not conn.in_atomic_block:
+                            conn.close()
+                    self.stop_event.wait(RESTART_AFTER)
+        finally:
+            connections.close_all()
 
 
 class SweepingCluster(Cluster):
@@ -108,6 +142,8 @@ def _run(*, run_once: bool, join_timeout: float) -> None:
         return
     thread = SweeperThread(stop_event=stop)
     thread.start()
+    publisher = PublisherThread(stop_event=stop)
+    publisher.start()
     try:
         # django-q2's command returns here and the interpreter waits for the sentinel at
         # exit; this process waits for it here instead. A stop signal runs the cluster's
@@ -119,3 +155,8 @@ def _run(*, run_once: bool, join_timeout: float) -> None:
         thread.join(timeout=join_timeout)
         if thread.is_alive():
             log.warning("the sweeper did not stop within %g s; its lease will expire", join_timeout)
+        publisher.join(timeout=join_timeout)
+        if publisher.is_alive():
+            log.warning(
+                "the publisher did not stop within %g s; its lease will expire", join_timeout
+            )

@@ -19,6 +19,7 @@ from govflow.engine.projection import SUBJECT_TYPE
 from govflow.engine.services.definitions import trusted_spec
 from govflow.engine.states import InstanceStatus, TokenState, WaitKind
 from govflow.engine.tenancy import instances_of, scope
+from govflow.events.models import Delivery, DeliveryState
 from recovery.api import (
     compensations_waiting,
     decisions_requested,
@@ -72,6 +73,7 @@ class Queue:
             self.stuck_instances(),
             self.stale_leases(),
             self.dead_tasks(),
+            self.dead_webhooks(),
         ]
 
     @staticmethod
@@ -260,3 +262,21 @@ class Queue:
         )
         tasks = self.older(tasks, "ended_at").order_by("ended_at", "pk")
         return self.fill(section, tasks, rows.task_row)
+
+    def dead_webhooks(self) -> Section:
+        deliveries = scope(
+            Delivery.objects.filter(state=DeliveryState.DEAD), self.user, "subscription__tenant"
+        ).select_related("event", "subscription")
+        if self.filters.tenant:
+            deliveries = deliveries.filter(subscription__tenant=self.filters.tenant)
+        section = Section(
+            "webhooks",
+            _("Undeliverable webhook events"),
+            _(
+                "Events a receiving system did not accept within the budget: repair it, "
+                "then deliver them again."
+            ),
+            url=reverse("admin:events_delivery_changelist") + "?state__exact=dead",
+        )
+        deliveries = self.older(deliveries, "dead_at").order_by("dead_at", "pk")
+        return self.fill(section, deliveries, rows.webhook_row)

@@ -157,3 +157,14 @@ def compensation_row(intent) -> Row:
         instance_url(intent.subject_id) + "#compensations-heading",
         operation.updated_at,
     )
+
+
+def webhook_row(delivery) -> Row:
+    event = delivery.event
+    return Row(
+        _("Webhook %(name)s: instance %(id)s")
+        % {"name": delivery.subscription.name, "id": delivery.instance_id},
+        f"{event.type} #{event.seq} · {delivery.last_outcome}",
+        reverse("admin:events_delivery_change", args=[delivery.pk]),
+        delivery.dead_at,
+    )

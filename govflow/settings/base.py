@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "recovery",
+    # The event outbox and webhooks (ADR 0032): below the engine, which writes its events.
+    "govflow.events",
     # Before django_q: the engine's qcluster command (the sweeper in the cluster's main
     # process, ADR 0005) overrides django-q2's.
     "govflow.engine",
@@ -233,6 +235,9 @@ FILE_UPLOAD_TEMP_DIR = os.environ.get("GOVFLOW_UPLOAD_TEMP_DIR") or None
 # Keys for the checkpoint chain (BLAKE3 keyed mode). "id:64-hex-chars" pairs, comma
 # separated; the first is the active key, the others verify older checkpoints.
 RECOVERY_CHAIN_KEYS = os.environ.get("GOVFLOW_CHAIN_KEYS", "")
+# Keys the webhook subscriptions' signing secrets are derived from (govflow/events/signing.py),
+# "id:64-hex-chars" pairs like the chain's; empty: derived from SECRET_KEY.
+GOVFLOW_WEBHOOK_KEYS = os.environ.get("GOVFLOW_WEBHOOK_KEYS", "")
 
 # Anchors outside the database (docs/recovery.md, "Anchors"): the sweeper appends chain
 # heads and the ledger's watermark to an append-only, keyed, hash-chained file, so that a

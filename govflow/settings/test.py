@@ -27,3 +27,7 @@ INSTALLED_APPS = [
     "tests.providers.beta",
 ]
 ALPHA_STORE = os.environ.get("ALPHA_STORE", "")
+
+# Webhooks to a receiver on this machine (development and tests only, never production).
+GOVFLOW_WEBHOOK_ALLOW_HTTP = True
+GOVFLOW_WEBHOOK_ALLOW_PRIVATE = True

@@ -55,6 +55,10 @@ def test_the_schema_is_valid_openapi_3_1_and_documents_every_error(anon_client):
         "tasks_complete",
         "tasks_fail",
         "tasks_bpmn_error",
+        "webhooks_create",
+        "webhooks_activate",
+        "webhooks_deactivate",
+        "webhooks_rotate_secret",
     }
 
 

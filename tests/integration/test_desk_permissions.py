@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from govflow.engine.models import Definition
 from govflow.engine.tenancy import ROLES, tenant_group_name
+from govflow.events.models import Delivery
 from recovery.models import Checkpoint
 from tests.desk_rows import FP, definitions, detail_objects
 from tests.identity import verified_login
@@ -37,6 +38,10 @@ TENANT_MODELS = {
     "api_apikey": "apikey",
     "govflow_demo_decisionnote": "decisionnote",
     "handoffs_decisionbatch": "decisionbatch",
+    # Webhooks (issue 13 part 3): a tenant's subscriptions and their deliveries.
+    "events_subscription": "subscription",
+    "events_delivery": "delivery",
+    "events_event": "event",
 }
 GLOBAL_MODELS = {
     "engine_definition": "definition",
@@ -85,7 +90,7 @@ INCIDENT_PARAM = {  # incident_id names an engine incident on the instance page
 }
 POST_ONLY = re.compile(
     r"_(cancel|retry|approval|handoff|approve|reject|withdraw|resolve|migrate|request"
-    r"|preview|submit|confirm|compensate)$"
+    r"|preview|submit|confirm|compensate|rotate|redeliver)$"
 )
 
 
@@ -166,7 +171,43 @@ def world(django_user_model):
     ids["user"] = requester.pk
     ids["group"] = Group.objects.get(name="Operator").pk
     ids["rightschange"] = make_rights_change(django_user_model, requester)
+    ids["subscription"], ids["delivery"] = make_dead_letter("north", instance_id)
+    ids["event"] = Delivery.objects.get(pk=ids["delivery"]).event_id
     return ids
+
+
+def make_dead_letter(tenant: str, instance_id: int) -> tuple[int, int]:
+    """A tenant's webhook and one dead-lettered delivery of it."""
+    from django.db.models.functions import Now
+
+    from govflow.events.models import Delivery, Event
+    from govflow.events.services import subscription_create
+
+    subscription = subscription_create(
+        name="Case system", url="https://127.0.0.1/hook", tenant=tenant
+    ).subscription
+    event = Event.objects.create(
+        type="instance.started",
+        tenant=tenant,
+        instance_id=instance_id,
+        seq=99,
+        created_at=Now(),
+        fanned_out=True,
+    )
+    delivery = Delivery.objects.create(
+        subscription=subscription,
+        event=event,
+        instance_id=instance_id,
+        seq=99,
+        state="dead",
+        attempts=8,
+        next_attempt_at=Now(),
+        created_at=Now(),
+        updated_at=Now(),
+        dead_at=Now(),
+        last_outcome="HTTP 500",
+    )
+    return subscription.pk, delivery.pk
 
 
 def make_rights_change(django_user_model, requester) -> int:

@@ -21,6 +21,7 @@ from recovery.api import (
 from ..conf import operator_lease_ttl
 from ..db import clock, engine_commit
 from ..definitions import case_text, case_values, schema_errors
+from ..emit import instance_started
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
 from ..liveness import worker_name
@@ -111,6 +112,7 @@ def instance_start(
             projection_fp=projection_of(instance, [start]),
         )
         instance_mark_runnable(instance.pk)
+        instance_started(instance, definition=definition.key, version=definition.version)
     instance.refresh_from_db()
     return instance
 

@@ -41,8 +41,9 @@ from recovery.api import (
 from ..conf import lease_ttl
 from ..db import clock, engine_commit
 from ..definitions import Spec
+from ..emit import incident_opened, status_changed, token_moved
 from ..errors import EngineConflict, EngineError
-from ..models import Incident, Instance, Token
+from ..models import Incident, Instance, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
 from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE, token_may_move
 from .definitions import instance_pinned
@@ -111,6 +112,8 @@ class Run:
     """The id of the open integrity incident on this instance when it was loaded."""
     no_chain: bool = False
     """A chained dispatch was refused for integrity: dispatch each step in its own commit."""
+    committed_status: str = ""
+    """The instance's status as of this run's last commit (its events: ``emit``)."""
     _depth: int = 0
 
     @property
@@ -154,12 +157,17 @@ class Run:
                 yield
                 if outermost and not self.released:
                     self._seal()
+                    if self.instance.status != self.committed_status:
+                        status_changed(self, self.committed_status)
                     self._release_if_ended()
         except BaseException:
             if outermost:
                 self.recorded_projection = before
                 self.released = False
             raise
+        else:
+            if outermost:
+                self.committed_status = str(self.instance.status)
         finally:
             self._depth -= 1
 
@@ -211,6 +219,7 @@ class Run:
         self.instance, self.active = fresh.instance, fresh.active
         self.recorded_projection = fresh.recorded_projection
         self.integrity_incident = fresh.integrity_incident
+        self.committed_status = fresh.committed_status
         self.released = False
 
     # -- the lease while a step runs ----------------------------------------------------
@@ -278,6 +287,8 @@ class Run:
                 f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
                 f"{expected}; someone else changed it. Nothing was changed."
             )
+        if target != expected and TokenState.OUTCOME_UNKNOWN in (target, expected):
+            token_moved(self, token, expected, target)  # a handoff opened or decided
         for name, value in values.items():
             if name != "updated_at":
                 setattr(token, name, value)
@@ -313,13 +324,14 @@ class Run:
             ).exists()
         ):
             return
-        Incident.objects.create(
+        incident = Incident.objects.create(
             instance_id=self.instance.pk,
             token=token,
             kind=kind,
             message=message,
             created_at=clock(),
         )
+        incident_opened(self.instance, incident)
 
 
 def load_run(instance_id: int, fence: Fence) -> Run | None:
@@ -348,6 +360,7 @@ def load_run(instance_id: int, fence: Fence) -> Run | None:
         definition_fp=pinned.fingerprint,
         recorded_projection=instance.recorded_projection or "",
         integrity_incident=instance.integrity_incident,
+        committed_status=str(instance.status),
     )
     states = sorted(str(state) for state in TOKEN_ACTIVE)
     for token in Token.objects.raw(

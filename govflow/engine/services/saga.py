@@ -55,6 +55,7 @@ from recovery.api import (
 
 from ..compensable import CompensableEffect, compensation_input, source_problem
 from ..db import engine_commit
+from ..emit import compensation_recorded
 from ..models import InstanceStatus
 from ..queue import instance_mark_runnable
 from ..registry import ActionDefinition, registry
@@ -175,7 +176,7 @@ def _record(run: Run, original, trigger: str) -> CompensationView:
     input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
     idem = _keys(run, original, target, input_fp)
     try:
-        return compensation_record(
+        view = compensation_record(
             original_key=original.key,
             action=target.name,
             recovery_mode=target.recovery_mode,
@@ -191,6 +192,10 @@ def _record(run: Run, original, trigger: str) -> CompensationView:
         )
     except CompensationRefused as exc:
         raise _NotPlanned(exc.reason) from None
+    compensation_recorded(
+        run, key=view.key, original=original.key, action=target.name, trigger=trigger
+    )
+    return view
 
 
 def declares(run: Run, trigger: str | None = None) -> bool:

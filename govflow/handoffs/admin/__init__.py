@@ -7,4 +7,4 @@ view runs inside a transaction, and the services own theirs. The model is the en
 ``admin/engine/instance/*.html`` (shipped in this app's ``templates/``).
 """
 
-from . import batches, instances  # noqa: F401  (registers the model admins)
+from . import batches, instances, webhooks  # noqa: F401  (registers the model admins)

@@ -15,7 +15,13 @@ def create_roles(apps, schema_editor):
 
     for config in global_apps.get_app_configs():
         create_permissions(config, verbosity=0, apps=apps, using=schema_editor.connection.alias)
-    roles_install(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
+    # The outbox's permissions (govflow.events) are granted by 0003_webhook_roles, which
+    # runs after the outbox's own migration.
+    roles_install(
+        apps.get_model("auth", "Group"),
+        apps.get_model("auth", "Permission"),
+        skip_apps=frozenset({"events"}),
+    )
 
 
 def drop_roles(apps, schema_editor):

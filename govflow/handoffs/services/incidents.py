@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from govflow.engine.db import clock
+from govflow.engine.emit import incident_resolved
 from govflow.engine.errors import EngineConflict, InvalidRequest, NotPermitted
 from govflow.engine.limits import admit_text
 from govflow.engine.models import Incident, Instance, Token, TokenState
@@ -82,6 +83,7 @@ def engine_incident_resolve(
                 "evidence": sorted(f.fingerprint for f in files),
             },
         )
+        incident_resolved(incident.instance, incident=incident.pk, kind=incident.kind)
     incident.refresh_from_db()
     return incident
 

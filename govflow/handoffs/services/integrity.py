@@ -14,6 +14,7 @@ import dataclasses
 from django.db import transaction
 from django.db.models.functions import Now
 
+from govflow.engine.emit import incident_resolved
 from govflow.engine.models import Incident, Instance
 from govflow.engine.projection import SUBJECT_TYPE
 from govflow.engine.queue import instance_mark_runnable
@@ -51,9 +52,15 @@ def integrity_incident_resolve_approve(*, incident_id: int, actor) -> Resolution
             .exists()
         ):
             return outcome
-        Incident.objects.filter(
-            instance_id=instance_id, kind="integrity", resolved_at__isnull=True
-        ).update(
+        closed = list(
+            Incident.objects.filter(
+                instance_id=instance_id, kind="integrity", resolved_at__isnull=True
+            ).values_list("pk", flat=True)
+        )
+        instance = Instance.objects.get(pk=instance_id)
+        for pk in closed:
+            incident_resolved(instance, incident=pk, kind="integrity")
+        Incident.objects.filter(pk__in=closed, resolved_at__isnull=True).update(
             resolved_at=Now(),
             resolved_by=actor,
             resolution=f"Closed with integrity incident #{incident.pk}, whose resolution "

@@ -1,0 +1,130 @@
+"""The engine's events: what a transition an integration may subscribe to writes.
+
+Each function writes one event row through ``govflow.events`` inside the caller's commit
+(the transition's own), so the event commits or rolls back with it (ADR 0032). They are
+called from the few places those transitions are committed: ``Run.commit`` for an
+instance's status (completed, failed, cancelled, blocked and unblocked), ``Run.update_token``
+for a step entering or leaving ``outcome_unknown`` (a handoff opened or decided),
+``Run.engine_incident_open``, ``instance_start``, the saga's intent and the desk's
+resolution of incidents. A plain step that succeeds and moves on emits nothing: the
+checks here are comparisons of values the run already holds.
+
+Events carry ids, names and states only: never variables, inputs, outputs, reasons or
+error texts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from govflow.events.record import EventType, event_record
+
+from .models import Incident, Instance, Token
+from .states import InstanceStatus, TokenState
+
+__all__ = [
+    "compensation_recorded",
+    "incident_opened",
+    "incident_resolved",
+    "instance_started",
+    "status_changed",
+    "token_moved",
+]
+
+_ENDED = {
+    InstanceStatus.COMPLETED: EventType.INSTANCE_COMPLETED,
+    InstanceStatus.FAILED: EventType.INSTANCE_FAILED,
+    InstanceStatus.CANCELLED: EventType.INSTANCE_CANCELLED,
+}
+_STOPPED = (TokenState.OUTCOME_UNKNOWN, TokenState.FAILED)
+
+
+def _emit(instance: Instance, type: str, **data: Any) -> None:
+    event_record(
+        type=type,
+        instance_id=instance.pk,
+        tenant=instance.tenant,
+        data={"instance": instance.pk, **data},
+    )
+
+
+def instance_started(instance: Instance, *, definition: str, version: int) -> None:
+    """``instance.started`` (needs the start's commit)."""
+    _emit(
+        instance,
+        EventType.INSTANCE_STARTED,
+        definition=definition,
+        version=version,
+        status=str(instance.status),
+    )
+
+
+def status_changed(run, before: str) -> None:
+    """The event of an instance's status moving from ``before``, if any (needs the commit).
+
+    Ended: ``instance.<status>``; blocked: ``step.blocked`` with the steps that stopped;
+    moving again after a block: ``step.unblocked``. Running and waiting are no events.
+    """
+    after = str(run.instance.status)
+    if after == before:
+        return
+    common = {
+        "definition": run.spec.key,
+        "version": run.spec.version,
+        "status": after,
+        "previous_status": before,
+    }
+    if after in _ENDED:
+        _emit(run.instance, _ENDED[after], **common)
+    elif after == InstanceStatus.BLOCKED:
+        steps = sorted(
+            {t.node_id for t in run.active.values() if t.pk in run.blocked or t.state in _STOPPED}
+        )
+        _emit(run.instance, EventType.STEP_BLOCKED, steps=steps, **common)
+    elif before == InstanceStatus.BLOCKED:
+        _emit(run.instance, EventType.STEP_UNBLOCKED, **common)
+
+
+def token_moved(run, token: Token, expected: str, target: str) -> None:
+    """A handoff opened (a step's outcome became unknown) or decided (it left that state:
+    confirmed, absent, cancelled, or settled by its provider). Needs the caller's commit."""
+    unknown = TokenState.OUTCOME_UNKNOWN
+    if target == expected or unknown not in (target, expected):
+        return
+    type = EventType.HANDOFF_OPENED if target == unknown else EventType.HANDOFF_DECIDED
+    _emit(
+        run.instance,
+        type,
+        step=token.node_id,
+        token=token.pk,
+        operation=token.operation_key or None,
+        state=str(target),
+    )
+
+
+def incident_opened(instance: Instance, incident: Incident) -> None:
+    """``incident.opened`` for an engine incident (needs the caller's commit)."""
+    _emit(
+        instance,
+        EventType.INCIDENT_OPENED,
+        incident=incident.pk,
+        kind=incident.kind,
+        step=incident.token.node_id if incident.token is not None else None,
+    )
+
+
+def incident_resolved(instance: Instance, *, incident: int, kind: str) -> None:
+    """``incident.resolved`` (needs the resolution's commit)."""
+    _emit(instance, EventType.INCIDENT_RESOLVED, incident=incident, kind=kind)
+
+
+def compensation_recorded(run, *, key: str, original: str, action: str, trigger: str) -> None:
+    """``compensation.recorded``: an intent to undo an effect (needs the saga's commit)."""
+    _emit(
+        run.instance,
+        EventType.COMPENSATION_RECORDED,
+        compensation=key,
+        original=original,
+        action=action,
+        trigger=trigger,
+    )

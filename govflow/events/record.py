@@ -1,0 +1,63 @@
+"""Writing an event: the one function the engine calls, inside the transition's commit.
+
+An event row commits or rolls back with the transition that caused it: there is no
+"send after commit" that a crash could lose, and a rolled-back transition leaves no event.
+Each event takes its instance's next sequence number from :class:`EventCounter` by an
+upsert whose row lock orders two commits of the same instance (``models.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import connection
+from django.db.models.functions import Now
+
+from .models import Event, EventCounter, EventType
+
+__all__ = ["EventType", "event_record"]
+
+_SAFE = (str, int, bool, type(None))
+
+
+def event_record(
+    *, type: str, instance_id: int, tenant: str, data: Mapping[str, Any] | None = None
+) -> Event:
+    """Record one event of ``instance_id`` (needs the caller's transaction).
+
+    ``data`` holds ids, names and states only: strings, integers, booleans, None and
+    lists of them; anything else (a mapping, a float, an object) is refused, so that no
+    input, output or error text travels by mistake.
+    """
+    if type not in EventType.values:
+        raise ValueError(f"{type!r} is not an event type: one of {', '.join(EventType.values)}.")
+    body = dict(data or {})
+    for name, value in body.items():
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, _SAFE) for item in items):
+            raise ValueError(
+                f"Event data {name!r} must be ids, names or states, not {value!r}: events "
+                "never carry inputs, outputs or error texts."
+            )
+    return Event.objects.create(
+        type=type,
+        tenant=tenant,
+        instance_id=instance_id,
+        seq=_next_seq(instance_id),
+        data=body,
+        created_at=Now(),
+    )
+
+
+def _next_seq(instance_id: int) -> int:
+    """The instance's next sequence number (one upsert; needs the caller's transaction)."""
+    table = connection.ops.quote_name(EventCounter._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (instance_id, last_seq) VALUES (%s, 1) "
+            f"ON CONFLICT (instance_id) DO UPDATE SET last_seq = {table}.last_seq + 1 "
+            "RETURNING last_seq",
+            [instance_id],
+        )
+        return cursor.fetchone()[0]
