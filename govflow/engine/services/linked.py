@@ -63,10 +63,10 @@ __all__ = [
 log = logging.getLogger("govflow.engine")
 
 LINKED_DECISION_REFUSED = (
-    "This step waits for a linked run whose publication outcome is unknown to the other "
-    "module that runs it. Only that module can settle it (by its own reconcile): GovFlow "
-    "records no effect confirmed or effect absent here. The only action is Cancel; "
-    "otherwise the step moves on by itself once the other module reports a conclusive "
+    "This step watches a linked run of another module. Its outcome, even a publication "
+    "outcome that module reports as unknown, is that module's to settle (by its own "
+    "reconcile): GovFlow records no effect confirmed or effect absent here. The only action "
+    "is Cancel; otherwise the step moves on by itself once the module reports a conclusive "
     "outcome."
 )
 
