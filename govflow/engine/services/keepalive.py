@@ -87,7 +87,10 @@ class Keepalive:
         while True:
             for entry in self._due():
                 self._renew(entry)
-            connection.close()  # this thread's own connection: closed between rounds
+            try:
+                connection.close()  # this thread's own connection: closed between rounds
+            except Exception:  # a broken connection: the next round opens a new one
+                log.exception("the keepalive thread could not close its connection")
 
     def _due(self) -> list[Watch]:
         """Wait until some lease is due; mark the due ones busy and return them."""
