@@ -33,12 +33,14 @@ def show_instrumented(count: int, steps: int, local: bool) -> dict:
     timed_wal = workload.track_wal_timing()
     wal = workload.wal_flushes()
     server_cpu = workload.backend_cpu_seconds() if local else None
+    pages = workload.blocks_hit()
     before = workload.xact_commit()
     cpu = process_time()
     with workload.instrumented() as tools:
         seconds = workload.run(work)
     cpu = process_time() - cpu
     after = workload.xact_commit()
+    pages = workload.blocks_hit() - pages
     if server_cpu is not None:
         after_cpu = workload.backend_cpu_seconds()
         server_cpu = None if after_cpu is None else after_cpu - server_cpu
@@ -63,6 +65,7 @@ def show_instrumented(count: int, steps: int, local: bool) -> dict:
         ("commits at the database (pg_stat_database)", f"{db_commits:.3f}", ""),
         ("  autovacuum vacuums/analyses meanwhile (total)", f"{after[1] - before[1]}", ""),
         ("rollbacks", f"{tools.rollbacks / count:.2f}", ""),
+        ("pages touched (pg_stat_database.blks_hit + blks_read)", f"{pages / count:.1f}", ""),
         ("WAL flushes (pg_stat_wal.wal_sync, server-wide)", f"{syncs / count:.2f}", ""),
         (
             "µs in statement calls (driver, round trip, BEGIN)",

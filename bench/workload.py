@@ -233,6 +233,22 @@ def xact_commit() -> tuple[int, int]:
     return int(commits), int(autovacuum)
 
 
+def blocks_hit() -> int:
+    """This database's shared-buffer hits so far (``pg_stat_database.blks_hit``), fresh.
+
+    Every page a statement touches is a hit (or a read): a lookup by an index touches a few,
+    a sequential scan every page of the table, so hits per lifecycle show a bad plan.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(FLUSH)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(CLEAR)
+        cursor.execute(
+            "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def vacuum_analyze() -> None:
     """VACUUM ANALYZE the whole (freshly migrated) database, in autocommit."""
     with connection.cursor() as cursor:

@@ -67,7 +67,7 @@ from .projections import (
     projection_record,
     projection_register,
 )
-from .schemas import schema_problems
+from .schemas import schema_problems, schema_validator
 from .selectors import (
     LeaseView,
     OperationStanding,
@@ -350,6 +350,7 @@ __all__ = [
     "provider_findings",
     "revision_require",
     "schema_problems",
+    "schema_validator",
     "subject_revision",
     "subject_type_register",
     "subject_types",

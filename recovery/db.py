@@ -7,6 +7,7 @@ would be most of its cost. Everything else uses the ORM.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -95,32 +96,47 @@ def insert_row(obj) -> object:
 
     For hot paths that create a row per step: the ORM's ``save``/``bulk_create`` compile
     every value, which costs more than the round trip. Values are the fields' plain values
-    or ``Now()`` (the database clock); anything else is refused (use the ORM).
+    or ``Now()`` (the database clock); anything else is refused (use the ORM). The
+    statement's text is built once per model and shape (which values are ``Now()``).
     """
     from django.db.models.functions import Now
 
     meta = type(obj)._meta
-    quote = connection.ops.quote_name
-    columns, values, params = [], [], []
-    for field in meta.concrete_fields:
-        if field.primary_key and getattr(obj, field.attname) is None:
-            continue
-        value = getattr(obj, field.attname)
-        columns.append(quote(field.column))
-        if isinstance(value, Now):
-            values.append(dialect().now)
-        elif hasattr(value, "resolve_expression"):
+    values = [getattr(obj, field.attname) for field in meta.concrete_fields]
+    for field, value in zip(meta.concrete_fields, values, strict=True):
+        if hasattr(value, "resolve_expression") and not isinstance(value, Now):
             raise TypeError(f"insert_row: {field.name} is an expression; use the ORM")
-        else:
-            values.append("%s")
-            params.append(field.get_db_prep_save(value, connection))
+    shape = tuple(
+        "pk" if field.primary_key and value is None else "now" if isinstance(value, Now) else ""
+        for field, value in zip(meta.concrete_fields, values, strict=True)
+    )
+    sql = _insert_sql(type(obj), shape, connection.vendor)
+    params = [
+        field.get_db_prep_save(value, connection)
+        for field, value, kind in zip(meta.concrete_fields, values, shape, strict=True)
+        if not kind
+    ]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
-            f"VALUES ({', '.join(values)}) RETURNING {quote(meta.pk.column)}",
-            params,
-        )
+        cursor.execute(sql, params)
         obj.pk = cursor.fetchone()[0]
     obj._state.adding = False
     obj._state.db = connection.alias
     return obj.pk
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(model, shape: tuple[str, ...], vendor: str) -> str:
+    """:func:`insert_row`'s statement for one model and shape: per concrete field, "pk"
+    (left to the database), "now" (the database clock) or "" (a parameter)."""
+    meta = model._meta
+    quote = connection.ops.quote_name
+    columns, values = [], []
+    for field, kind in zip(meta.concrete_fields, shape, strict=True):
+        if kind == "pk":
+            continue
+        columns.append(quote(field.column))
+        values.append(dialect().now if kind == "now" else "%s")
+    return (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
+        f"VALUES ({', '.join(values)}) RETURNING {quote(meta.pk.column)}"
+    )

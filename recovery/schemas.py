@@ -6,14 +6,45 @@ the action's output schema; both are told the same way what is wrong.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
 
-__all__ = ["schema_problems"]
+__all__ = ["schema_problems", "schema_validator"]
 
 MESSAGE_MAX = 200
+VALIDATORS_KEPT = 512
+"""How many compiled validators :func:`schema_validator` keeps (least recently used go)."""
+
+_compiled: OrderedDict[int, tuple[Any, jsonschema.protocols.Validator]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def schema_validator(schema: Any) -> jsonschema.protocols.Validator:
+    """The Draft 2020-12 validator of ``schema``, compiled once per schema object.
+
+    A step checks its input (and a provider's output) against the same few schemas again
+    and again: an action's, registered once, and a definition's, parsed once per
+    fingerprint. Building the validator is about as costly as validating, so it is kept,
+    keyed by the schema object itself (the entry holds the schema, so its id is not reused
+    while cached). Schemas are treated as immutable once used, as the registry and the
+    parsed definitions hold them.
+    """
+    key = id(schema)
+    with _lock:
+        entry = _compiled.get(key)
+        if entry is not None and entry[0] is schema:
+            _compiled.move_to_end(key)
+            return entry[1]
+    validator = jsonschema.Draft202012Validator(schema)
+    with _lock:
+        _compiled[key] = (schema, validator)
+        while len(_compiled) > VALIDATORS_KEPT:
+            _compiled.popitem(last=False)
+    return validator
 
 
 def schema_problems(schema: Mapping[str, Any] | None, value: Any) -> list[str]:
@@ -24,7 +55,7 @@ def schema_problems(schema: Mapping[str, Any] | None, value: Any) -> list[str]:
     """
     if schema is None:
         return []
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = schema_validator(schema)
     missing: list[str] = []
     problems: list[str] = []
     for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):

@@ -28,6 +28,7 @@ from time import sleep
 from typing import Any
 
 from django.core.signing import TimestampSigner
+from django.db import connection
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -36,6 +37,7 @@ from django_q.signing import PickleSerializer
 from .conf import lease_ttl
 from .liveness import worker_name
 from .queue import ADVANCE, ADVANCE_GROUP, Claim, instances_claim
+from .services.reconnect import DROPPED
 
 log = logging.getLogger("govflow.engine.claim")
 
@@ -65,7 +67,7 @@ class ClaimBroker(ORM):
 
     def dequeue(self) -> list[tuple[Any, str]] | None:
         self.get_connection()  # closes a connection gone stale, as the ORM broker does
-        claims = instances_claim(holder=worker_name(), limit=claim_batch(), ttl=lease_ttl())
+        claims = _claim()
         signer = TimestampSigner(key=Conf.SECRET_KEY, salt=Conf.PREFIX)
         found = [
             (
@@ -100,6 +102,24 @@ class ClaimBroker(ORM):
     def fail(self, task_id: Any) -> None:
         if not str(task_id).startswith(CLAIM_ACK):
             super().fail(task_id)
+
+
+def _claim() -> list[Claim]:
+    """``instances_claim`` for this cluster, once more on a fresh connection if it died.
+
+    Workers ask no health check before each use of their connection (ADR 0030), so a
+    connection that died while idle is found here, at the claim; django-q2's pusher would
+    otherwise log the error and pause 10 s. The claim is one statement (one transaction on
+    SQLite): a failed one took nothing.
+    """
+    try:
+        return instances_claim(holder=worker_name(), limit=claim_batch(), ttl=lease_ttl())
+    except DROPPED as exc:
+        if connection.in_atomic_block:
+            raise
+        log.warning("the claim's database connection was lost (%s); claiming again", exc)
+        connection.close()
+        return instances_claim(holder=worker_name(), limit=claim_batch(), ttl=lease_ttl())
 
 
 def claim_batch() -> int:

@@ -118,8 +118,24 @@ class SweepingCluster(Cluster):
         super().sig_handler(signum, frame)
 
 
+def health_checks_off() -> None:
+    """No ``CONN_HEALTH_CHECKS`` in this process and the ones it forks (ADR 0030).
+
+    Django's health check is a ``SELECT 1`` before the first statement after every
+    ``close_old_connections``: django-q2 calls that before each task, and the pusher before
+    each poll, so it cost a round trip per instance run and five a second per idle
+    cluster. A worker finds a dead connection at its first statement instead and makes
+    that statement's commit again on a fresh one (``runtime``, ``broker``); the web
+    processes keep the setting as configured.
+    """
+    for conn in connections.all(initialized_only=False):
+        conn.settings_dict["CONN_HEALTH_CHECKS"] = False
+        conn.health_check_enabled = False
+
+
 def cluster_run(*, run_once: bool = False, join_timeout: float = 15.0) -> None:
     """Start the cluster as django-q2's ``qcluster`` does, then sweep until it stops."""
+    health_checks_off()
     # Every process of the cluster (this one, and the workers forked after this) holds
     # its own liveness lock once it names itself as a lease holder (ADR 0022).
     liveness_lock_enable()

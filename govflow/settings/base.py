@@ -331,9 +331,10 @@ Q_CLUSTER = {
     "ack_failures": True,
     "catch_up": False,
     "poll": 0.2,
-    # Successful tasks are not stored (an advance task's outcome is in the instance, its
-    # tokens and the ledger; storing it cost a commit per task). Failures always are.
-    "save_limit": int(os.environ.get("GOVFLOW_Q_SAVE_LIMIT", -1)),
+    # django-q2's own default: the last 250 successful tasks are kept, failures always.
+    # Instance runs store no success at all (their task says save=False: the outcome is in
+    # the instance, its tokens and the ledger; a row would cost a commit per run).
+    "save_limit": int(os.environ.get("GOVFLOW_Q_SAVE_LIMIT", 250)),
     # Instance runs are claimed where they are recorded (ADR 0026); other tasks use the
     # ORM broker's queue as before.
     "broker_class": "govflow.engine.broker.ClaimBroker",

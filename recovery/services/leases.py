@@ -19,6 +19,7 @@ The protocol, in one place:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -293,34 +294,56 @@ def fenced_update_row(
     ):
         queryset = model._default_manager.filter(pk=pk, **(expect or {}))
         return fenced_update(queryset, fence=fence, **values)
-    d = dialect()
-    meta = model._meta
-    quote = connection.ops.quote_name
-    assignments, params = [], []
-    for name, value in values.items():
-        field = meta.get_field(name)
-        if isinstance(value, Now):
-            assignments.append(f"{quote(field.column)} = {d.now}")
-        else:
-            assignments.append(f"{quote(field.column)} = %s")
-            params.append(field.get_db_prep_save(value, connection))
-    conditions = [f"{quote(meta.pk.column)} = %s"]
-    params.append(meta.pk.get_db_prep_value(pk, connection))
-    for name, value in (expect or {}).items():
-        field = meta.get_field(name)
-        conditions.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_value(value, connection))
-    live, live_params = fence_condition(fence)
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
-        f"WHERE {' AND '.join(conditions)} AND {live}"
-    )
+    shape = tuple((name, isinstance(value, Now)) for name, value in values.items())
+    sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), _vendor())
+    params = [
+        field.get_db_prep_save(value, connection)
+        for field, value in zip(assigned, values.values(), strict=True)
+        if field is not None
+    ]
+    params.append(pk_field.get_db_prep_value(pk, connection))
+    params += [
+        field.get_db_prep_value(value, connection)
+        for field, value in zip(expected, (expect or {}).values(), strict=True)
+    ]
+    live_params = fence_condition(fence)[1]
     with atomic(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, *live_params])
         count = cursor.rowcount
         if count == 0 and not Lease.objects.filter(_live(fence)).exists():
             raise _stale(fence, "write")
     return count
+
+
+def _vendor() -> str:
+    return connection.vendor
+
+
+@functools.lru_cache(maxsize=256)
+def _update_sql(model, shape, expect_names, vendor):
+    """The text of :func:`fenced_update_row`'s UPDATE for one shape of call, built once.
+
+    ``shape`` is ``((field name, is Now), …)`` in the order of the values; returns the SQL,
+    the field of each value (None for a ``Now``), the primary key field and the fields of
+    ``expect_names``. The engine writes the same few shapes at every step.
+    """
+    d = dialect()
+    meta = model._meta
+    quote = connection.ops.quote_name
+    assignments, assigned = [], []
+    for name, now in shape:
+        field = meta.get_field(name)
+        assignments.append(f"{quote(field.column)} = {d.now if now else '%s'}")
+        assigned.append(None if now else field)
+    expected = [meta.get_field(name) for name in expect_names]
+    conditions = [f"{quote(meta.pk.column)} = %s"]
+    conditions += [f"{quote(field.column)} = %s" for field in expected]
+    live = fence_condition(Fence(key="", holder="", fence=1))[0]
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
+        f"WHERE {' AND '.join(conditions)} AND {live}"
+    )
+    return sql, tuple(assigned), meta.pk, tuple(expected)
 
 
 # -- checks ---------------------------------------------------------------------------

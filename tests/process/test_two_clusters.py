@@ -161,7 +161,7 @@ def test_two_clusters_and_triple_deliveries_complete_every_instance_exactly_once
     # nothing left to do.
     per_cluster = [c.tasks_processed(ADVANCE) for c in clusters]
     assert all(n > 0 for n in per_cluster), per_cluster
-    # Successful task results are not stored (save_limit -1): the clusters' logs say how
+    # Instance runs store no success row (their task says save=False): the logs say how
     # many deliveries found the instance lease held by the other cluster.
     held = sum(
         c.log_path.read_text(errors="replace").count("lease held by another worker")

@@ -7,6 +7,8 @@ from typing import Any
 import jsonschema
 from referencing.exceptions import Unresolvable
 
+from recovery.api import schema_validator
+
 
 def schema_errors(schema: Any, value: Any) -> list[jsonschema.ValidationError]:
     """Every way ``value`` breaks the JSON Schema ``schema`` (an empty list when none).
@@ -15,7 +17,7 @@ def schema_errors(schema: Any, value: Any) -> list[jsonschema.ValidationError]:
     reference that does not resolve, or references that loop without end.
     """
     try:
-        return list(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        return list(schema_validator(schema).iter_errors(value))
     except RecursionError:
         raise ValueError("its references loop without end") from None
     except Unresolvable as exc:

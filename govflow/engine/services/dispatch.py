@@ -10,14 +10,16 @@ same for the next step inside the commit of the step before it (protocol step 5 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
 
 from recovery.api import (
     CanonicalError,
@@ -25,11 +27,13 @@ from recovery.api import (
     IntegrityViolation,
     RecoveryMode,
     canonical_bytes,
+    fingerprint,
     fingerprint_value,
     idempotency_key,
     operation_get,
     operation_key,
     operation_record,
+    schema_validator,
 )
 
 from ..conf import lease_ttl
@@ -115,20 +119,42 @@ Next = Chain | Defer | None
 nothing (pick the next runnable token)."""
 
 
+@functools.cache
+def _user_active_sql() -> str:
+    """``SELECT is_active`` of one user by primary key, built once from the user model."""
+    meta = get_user_model()._meta
+    quote = connection.ops.quote_name
+    return (
+        f"SELECT {quote(meta.get_field('is_active').column)} FROM {quote(meta.db_table)} "
+        f"WHERE {quote(meta.pk.column)} = %s"
+    )
+
+
+def _user_active(user_id: Any) -> bool:
+    """Whether the user ``user_id`` exists and is active (one prepared statement, no ORM
+    query building: every step of an instance a person started asks it)."""
+    try:
+        pk = get_user_model()._meta.pk.to_python(user_id)
+    except ValidationError:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(_user_active_sql(), [pk])
+        row = cursor.fetchone()
+    return row is not None and bool(row[0])
+
+
 def access_context(run: Run) -> dict[str, Any]:
     """The access context a step runs under, revalidated before every dispatch (reads)."""
     access = dict(run.instance.access or {})
     access["tenant"] = run.instance.tenant
     user_id = access.get("started_by")
-    if user_id is not None:
-        user = get_user_model().objects.filter(pk=user_id).only("is_active").first()
-        if user is None or not user.is_active:
-            raise StepRejected(
-                "access_revoked",
-                f"The user who started this instance (id {user_id}) is no "
-                "longer active, so its steps no longer have authority. An "
-                "operator may cancel the instance or start it again.",
-            )
+    if user_id is not None and not _user_active(user_id):
+        raise StepRejected(
+            "access_revoked",
+            f"The user who started this instance (id {user_id}) is no "
+            "longer active, so its steps no longer have authority. An "
+            "operator may cancel the instance or start it again.",
+        )
     return access
 
 
@@ -146,7 +172,7 @@ def _checked_input(token: Token, node: Mapping[str, Any], action: ActionDefiniti
             "dispatched.",
         ) from None
     errors = sorted(
-        jsonschema.Draft202012Validator(action.input_schema).iter_errors(input_value),
+        schema_validator(action.input_schema).iter_errors(input_value),
         key=lambda e: list(e.path),
     )
     if errors:
@@ -175,9 +201,9 @@ def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefin
         )
     input_value = _checked_input(token, node, action, run)
     try:
-        canonical_bytes(input_value)
+        input_bytes = canonical_bytes(input_value)
         preview = action.preview(input_value)
-        canonical_bytes(preview)
+        preview_bytes = canonical_bytes(preview)
     except CanonicalError as exc:
         raise StepRejected("input", f"Step '{token.node_id}': {exc}") from None
     except Exception as exc:  # a provider bug before dispatch: nothing happened outside
@@ -189,7 +215,18 @@ def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefin
             "nothing was dispatched. Fix the provider or the "
             "input; the step is tried again later.",
         ) from None
-    return input_value, preview, access_context(run)
+    return Prepared(input_value, input_bytes, preview_bytes, access_context(run))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A step's input and preview, checked, with their canonical bytes (made once: the
+    fingerprints are computed from these bytes, not from the values again)."""
+
+    input: Any
+    input_bytes: bytes
+    preview_bytes: bytes
+    access: dict[str, Any]
 
 
 def context_for(run, token, node, action, input_value, access, idem, phase) -> ActionContext:
@@ -243,9 +280,10 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
             "action_missing",
             f"No installed provider registers {name}; install its module.",
         )
-    input_value, preview, access = prepare(run, token, node, action)
+    prepared = prepare(run, token, node, action)
+    input_value, access = prepared.input, prepared.access
     definition_fp = run.definition_fp  # re-hashed from the stored definition, not copied
-    input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
+    input_fp = fingerprint(FingerprintKind.INPUT, prepared.input_bytes)
     idem = _effect_key(run, token, action, input_fp)
     nonce = f"{run.instance.pk}:{token.ordinal}:{token.attempt}:{token.poll}"
     record = dict(
@@ -255,7 +293,7 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
         recovery_mode=action.recovery_mode,
         definition_fp=definition_fp,
         input_fp=input_fp,
-        preview_fp=fingerprint_value(FingerprintKind.PREVIEW, preview),
+        preview_fp=fingerprint(FingerprintKind.PREVIEW, prepared.preview_bytes),
         access_fp=fingerprint_value(FingerprintKind.ACCESS_CONTEXT, access),
         idempotency_fp=fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY, idem),
         nonce=nonce,

@@ -16,7 +16,6 @@ Transactions: each function says whether it *owns* its commit (opens and closes 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from ..models import Incident, Instance, Token, TokenState
 from ..projection import SUBJECT_TYPE, projection_of
 from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE, token_may_move
 from .definitions import instance_pinned
+from .keepalive import keepalive
 from .routing import Router
 from .writes import write_instance, write_routed
 
@@ -233,33 +233,21 @@ class Run:
     @contextmanager
     def kept_alive(self) -> Iterator[None]:
         """Renew the lease in the background while a provider call runs (outside any
-        transaction; each renewal is the thread's own commit).
+        transaction; each renewal is the process's keepalive thread's own commit).
 
         A slow but live call keeps its authority, so nobody marks it outcome_unknown while
-        it is still working. If renewal fails (the lease was lost), the thread stops and
+        it is still working. If renewal fails (the lease was lost), its renewing stops and
         the step's second commit is refused by its fence as usual.
         """
-        stop = threading.Event()
-        interval = lease_ttl() / 3
-
-        def renew() -> None:
-            try:
-                while not stop.wait(interval):
-                    lease_renew(fence=self.fence, ttl=lease_ttl())
-            except ConflictError:
-                log.warning("lease %s lost during a provider call", self.fence)
-            except Exception:  # the step's fenced commit decides; never crash the worker
-                log.exception("could not renew lease %s during a provider call", self.fence)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=renew, name="govflow-lease-keepalive", daemon=True)
-        thread.start()
+        entry = keepalive.watch(
+            lambda: lease_renew(fence=self.fence, ttl=lease_ttl()),
+            interval=lease_ttl() / 3,
+            what=f"lease {self.fence}",
+        )
         try:
             yield
         finally:
-            stop.set()
-            thread.join()
+            entry.done()
             self.renewed_at = time.monotonic()
 
     # -- writes (each needs the caller's commit) ----------------------------------------

@@ -74,6 +74,7 @@ from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
 from .reconcile import ladder_due, ladder_step
+from .reconnect import DROPPED, Reconnect
 from .rehydration import rehydrate
 from .routing import derive_status
 from .run import (
@@ -116,10 +117,7 @@ def instance_run(
     report = RunReport(instance_id)
     worker = worker or worker_name()
     try:
-        # Taking the lease and reading the instance are one transaction (one commit).
-        with engine_commit():
-            fence = _lease_take(instance_id, worker, claim)
-            run = load_run(instance_id, fence)
+        fence, run = _lease_and_load(instance_id, worker, claim)
     except LeaseHeld:
         report.skipped = "lease held by another worker"
         log.info("instance %s: %s; leaving it to them", instance_id, report.skipped)
@@ -162,6 +160,25 @@ def instance_run(
     if looped and not report.stale:
         saga_enqueue_if_due(run)  # it failed: its compensations run in a run of their own
     return report
+
+
+def _lease_and_load(instance_id: int, worker: str, claim: Claim | None):
+    """Take the lease and read the instance: one transaction, one commit (owns it).
+
+    Workers ask no health check of their connection before each task (ADR 0030): one that
+    died while idle (a server restart, a proxy's idle timeout) fails this, the run's first
+    statement. That commit rolled back whole, so it is made again on a fresh connection
+    (``reconnect``); a database that stays unreachable raises as before.
+    """
+    retry = Reconnect()
+    while True:
+        try:
+            with engine_commit():
+                fence = _lease_take(instance_id, worker, claim)
+                return fence, load_run(instance_id, fence)
+        except DROPPED as exc:
+            if not retry.again(exc, str(instance_id)):
+                raise
 
 
 def _lease_take(instance_id: int, worker: str, claim: Claim | None) -> Fence:

@@ -30,8 +30,6 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import jsonschema
-
 from recovery.api import (
     ChainBroken,
     CompensationDrift,
@@ -51,6 +49,7 @@ from recovery.api import (
     incident_open,
     operation_observe,
     operations_of,
+    schema_validator,
 )
 
 from ..compensable import CompensableEffect, compensation_input, source_problem
@@ -147,7 +146,7 @@ def _built(run: Run, original) -> tuple[ActionDefinition, Any, dict, dict]:
         input_value = compensation_input(spec, effect)
     except MissingVariable as exc:
         raise _NotPlanned(f"the original has no '{exc.path}' for its compensation") from None
-    errors = list(jsonschema.Draft202012Validator(target.input_schema).iter_errors(input_value))
+    errors = list(schema_validator(target.input_schema).iter_errors(input_value))
     if errors:
         raise _NotPlanned(f"its compensation's input violates {target.name}: {errors[0].message}")
     try:
