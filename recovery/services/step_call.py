@@ -124,11 +124,14 @@ def operation_observe_record(
 
 
 def _separately(observation, record, projection_fp):
-    try:
-        observed = observation.write()
-    except RecoveryError as exc:
-        raise _tagged(exc, "observe") from None
-    return observed, _record_alone(record, projection_fp)
+    """Both writes one after the other, all or nothing (the caller's transaction, or a
+    savepoint of their own)."""
+    with opening_incidents(), atomic():
+        try:
+            observed = observation.write()
+        except RecoveryError as exc:
+            raise _tagged(exc, "observe") from None
+        return observed, _record_alone(record, projection_fp)
 
 
 def _record_alone(record: dict[str, Any], projection_fp: str) -> RecordedOperation:
