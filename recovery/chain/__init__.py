@@ -14,6 +14,7 @@ chain's rows, :mod:`.replay` recomputes a chain from rows already read (no datab
 
 from .links import (
     CHECKPOINT_COLUMNS,
+    CHECKPOINT_TABLE,
     COMPARED,
     EMPTY,
     OP_COLUMNS,
@@ -32,6 +33,7 @@ from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_rev
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
+    "CHECKPOINT_TABLE",
     "COMPARED",
     "EMPTY",
     "OP_COLUMNS",

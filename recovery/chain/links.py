@@ -18,6 +18,7 @@ from ..models import Checkpoint, Operation
 from ..subjects import Subject
 
 _CP = Checkpoint._meta.db_table
+CHECKPOINT_TABLE = _CP
 _OP = Operation._meta.db_table
 
 # The operation columns the chain replays and compares (row attribute, fact field).

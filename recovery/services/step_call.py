@@ -36,18 +36,19 @@ from django.db import connection
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
 from ..db import atomic, one_call_steps
-from ..errors import RecoveryError, RecoveryValidationError
+from ..errors import OperationNotFound, RecoveryError, RecoveryValidationError
 from ..keys import operation_key
 from ..states import INITIAL, OperationState
 from ..subjects import LEDGER_WATERMARK, Subject
 from ._ledger import (
+    OP_TABLE,
+    ROW,
     SUCCESS,
     RecordedOperation,
     _require_own_lease,
     _why_not,
     check_target,
     load_row,
-    load_with_subject,
     opening_incidents,
     require_live,
     verified_head,
@@ -157,7 +158,7 @@ def _observation_prepared(cursor, observation: Observation):
     result = observation.result
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     if state in SUCCESS:
-        row, subject_rows = load_with_subject(cursor, observation.key)
+        row, subject_rows, checkpoints = _load_for_success(cursor, observation.key)
     else:
         row, subject_rows = load_row(cursor, observation.key), None
     subject = Subject(row["subject_type"], row["subject_id"])
@@ -165,7 +166,7 @@ def _observation_prepared(cursor, observation: Observation):
         require_live(cursor, row, observation.fence)
         return None
     if state in SUCCESS:
-        head = verified_head(cursor, subject, subject_rows)
+        head = verified_head(cursor, subject, subject_rows, checkpoints=checkpoints)
     else:
         head = chain.read_head(cursor, subject)
     _require_own_lease(row, observation.fence)
@@ -268,3 +269,45 @@ def _record_prepared(record: dict[str, Any], fence: Fence):
         "state": state,
     }
     return key, values, _recorded_fact(key, state, values, fence, record["ordinal"])
+
+
+_CHECKPOINT_READ = (
+    "seq",
+    "kind",
+    "fact",
+    "fact_fp",
+    "prev_link",
+    "link",
+    "key_id",
+    "projection_fp",
+)
+
+
+def _load_for_success(cursor, key: str):
+    """The operation, its subject's operations and its subject's chain: one statement.
+
+    What ``load_with_subject`` and ``load_checkpoints`` read for a success's verification,
+    in one round trip: checkpoints first (in ``seq`` order), then operations, padded with
+    NULLs to one row shape.
+    """
+    mine = [f"k.{c}" for c in ROW]
+    ops = [f"o.{c}" for c in chain.OP_COLUMNS]
+    width = len(_CHECKPOINT_READ)
+    nulls = ", ".join("NULL" for _ in range(len(ops) + len(mine)))
+    cursor.execute(
+        f"SELECT 0 AS part, {', '.join(f'c.{c}' for c in _CHECKPOINT_READ)}, {nulls} "
+        f"FROM {chain.CHECKPOINT_TABLE} c JOIN {OP_TABLE} k ON c.subject_type = k.subject_type "
+        "AND c.subject_id = k.subject_id WHERE k.key = %s UNION ALL "
+        f"SELECT 1, {', '.join('NULL' for _ in range(width))}, {', '.join(ops + mine)} "
+        f"FROM {OP_TABLE} o JOIN {OP_TABLE} k ON o.subject_type = k.subject_type "
+        "AND o.subject_id = k.subject_id WHERE k.key = %s ORDER BY 1, 2",
+        [key, key],
+    )
+    rows = cursor.fetchall()
+    checkpoints = [r[1 : 1 + width] for r in rows if r[0] == 0]
+    operations = [r[1 + width :] for r in rows if r[0] == 1]
+    n = len(chain.OP_COLUMNS)
+    row = next((r for r in operations if r[0] == key), None)
+    if row is None:
+        raise OperationNotFound(f"No ledger operation has key {key!r}.")
+    return dict(zip(ROW, row[n:], strict=True)), [r[:n] for r in operations], checkpoints

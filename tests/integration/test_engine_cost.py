@@ -7,23 +7,24 @@ outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its stat
     UPDATE   token k -> completed (fenced)
     INSERT   token k+1
     UPDATE   instance variables/status (fenced)
-    -- the ledger's reads for the observation (I7: the chain is verified before a success) --
-    SELECT   the operation and its subject's operations
-    SELECT   the subject's checkpoints
     -- step k+1's dispatch boundary --
     UPDATE   token k+1 -> executing (fenced)
-    -- the ledger's writes: on PostgreSQL one call (ADR 0031) --
+    -- the ledger, on PostgreSQL (ADR 0031) --
+    SELECT   the subject's checkpoints and operations, the operation among them (one
+             statement; I7: the chain is verified in Python before a success)
     SELECT   recovery_observe_record(...): the chain head checked, operation k -> succeeded
              (fenced compare-and-swap), its checkpoint, operation k+1 dispatched (fenced,
              no open incident, no unsettled operation of the effect), its checkpoint
-    -- on SQLite (or inside recovery.api.multi_statement()) the same writes one by one --
+    -- the ledger on SQLite (or inside recovery.api.multi_statement()), one by one --
+    SELECT   the operation and its subject's operations
+    SELECT   the subject's checkpoints
     UPDATE   operation k -> succeeded (fenced)
     INSERT   checkpoint operation.observed
     SELECT   chain head
     INSERT   operation k+1 (fenced)
     INSERT   checkpoint operation.recorded
 
-that is 7 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
+that is 6 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
 statement is a call inside the process, not a round trip to a server). No savepoint: the
 ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
 next token is found in the run's own view of its tokens, not by a query. A run adds,
@@ -86,10 +87,10 @@ def five_steps(settings) -> list[list[str]]:
     return commits
 
 
-def test_a_non_atomic_step_is_one_commit_of_seven_statements_on_postgresql(settings):
+def test_a_non_atomic_step_is_one_commit_of_six_statements_on_postgresql(settings):
     commits = five_steps(settings)
     one_call = connection.vendor == "postgresql"
-    per_step = 7 if one_call else 11
+    per_step = 6 if one_call else 11
     # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome, the look for a stuck branch and the release.
     assert [len(c) for c in commits] == [3, 4, *[per_step] * 4, 6 + 2]
