@@ -3,11 +3,11 @@
 When an engine commit records what step k's provider answered and, in the same commit,
 the dispatch boundary of step k+1 (ADR 0006), the ledger writes are an observation of one
 operation followed by the recording of the next, each with its checkpoint. Sent one by one
-that is six statements (the operation and its subject's rows, the chain, the
+that is seven statements (the operation and its subject's rows, the chain, the
 compare-and-swap, a checkpoint; the head, the fenced insert, a checkpoint). Here,
 where the dialect allows it (PostgreSQL: ``Dialect.step_call``):
 
-1. the reads the observation needs are made as before — the operation with its subject's
+1. the reads the observation needs are made in one statement — the operation, its subject's
    operations, and for a success the whole chain, verified in Python (I7);
 2. both checkpoints are computed in Python after the verified head (``chain.prepare``:
    canonical fact, fingerprint, keyed link — the chain key never leaves the process);
