@@ -163,7 +163,7 @@ from .services.resolutions import (
     incident_resolve_reject,
     incident_resolve_withdraw,
 )
-from .services.step_call import Observation, operation_observe_record
+from .services.step_call import Observation, RowWrite, operation_observe_record
 from .states import (
     TERMINAL,
     TRANSITIONS,
@@ -252,6 +252,7 @@ __all__ = [
     "ResolutionOutcome",
     "ResolutionState",
     "RevisionRollback",
+    "RowWrite",
     "StaleFence",
     "Subject",
     "SubjectType",

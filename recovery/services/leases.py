@@ -293,6 +293,27 @@ def fenced_update_row(
     ):
         queryset = model._default_manager.filter(pk=pk, **(expect or {}))
         return fenced_update(queryset, fence=fence, **values)
+    sql, params = fenced_row_sql(model, pk=pk, fence=fence, values=values, expect=expect)
+    with atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        count = cursor.rowcount
+        if count == 0 and not Lease.objects.filter(_live(fence)).exists():
+            raise _stale(fence, "write")
+    return count
+
+
+def fenced_row_sql(
+    model: type[Model],
+    *,
+    pk: object,
+    fence: Fence,
+    values: Mapping[str, object],
+    expect: Mapping[str, object] | None = None,
+) -> tuple[str, list[object]]:
+    """The statement of :func:`fenced_update_row` as ``(sql, params)``, not executed.
+
+    Values are plain field values or ``Now()`` (the database clock).
+    """
     d = dialect()
     meta = model._meta
     quote = connection.ops.quote_name
@@ -315,12 +336,14 @@ def fenced_update_row(
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
         f"WHERE {' AND '.join(conditions)} AND {live}"
     )
-    with atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *live_params])
-        count = cursor.rowcount
-        if count == 0 and not Lease.objects.filter(_live(fence)).exists():
-            raise _stale(fence, "write")
-    return count
+    return sql, [*params, *live_params]
+
+
+def fenced_row_stale(fence: Fence) -> StaleFence | None:
+    """After a fenced row write matched nothing: the error if the fence is stale, else None."""
+    if Lease.objects.filter(_live(fence)).exists():
+        return None
+    return _stale(fence, "write")
 
 
 # -- checks ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ are the same (``tests/integration/test_step_call.py`` proves it on random step s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,7 @@ from ._ledger import (
     require_live,
     verified_head,
 )
-from .leases import Fence
+from .leases import Fence, fenced_row_sql, fenced_row_stale, fenced_update_row
 from .operations import (
     _BLOCKING,
     _RECORDED,
@@ -65,7 +66,7 @@ from .operations import (
     operation_record,
 )
 
-__all__ = ["Observation", "operation_observe_record"]
+__all__ = ["Observation", "RowWrite", "operation_observe_record"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,35 @@ class Observation:
         )
 
 
+@dataclass(frozen=True)
+class RowWrite:
+    """A fenced write of one row of the caller's own table, made first, in the same call.
+
+    ``values`` and ``expect`` as :func:`recovery.api.fenced_update_row` (plain values or
+    ``Now()``), on the observation's fence. A stale fence raises ``StaleFence``; a row
+    that matched nothing while the fence is live raises ``refused()``.
+    """
+
+    model: type
+    pk: object
+    values: Mapping[str, object]
+    expect: Mapping[str, object]
+    refused: Callable[[], Exception]
+
+    def write(self, fence: Fence) -> None:
+        """Make it as a statement of its own (needs the caller's transaction)."""
+        count = fenced_update_row(
+            self.model, pk=self.pk, fence=fence, values=self.values, expect=self.expect
+        )
+        if count != 1:
+            raise self.refused()
+
+    def sql(self, fence: Fence) -> tuple[str, list[object]]:
+        return fenced_row_sql(
+            self.model, pk=self.pk, fence=fence, values=self.values, expect=self.expect
+        )
+
+
 def _tagged(exc: BaseException, part: str) -> BaseException:
     if isinstance(exc, RecoveryError) and not hasattr(exc, "ledger_write"):
         exc.ledger_write = part  # type: ignore[attr-defined]
@@ -98,36 +128,46 @@ def _tagged(exc: BaseException, part: str) -> BaseException:
 
 
 def operation_observe_record(
-    *, observation: Observation, record: dict[str, Any], projection_fp: str = ""
+    *,
+    observation: Observation,
+    record: dict[str, Any],
+    projection_fp: str = "",
+    first: RowWrite | None = None,
 ) -> tuple[RecordedOperation, RecordedOperation]:
     """Observe one operation and record the next in the caller's transaction.
 
     ``record`` holds :func:`operation_record`'s keyword arguments; ``projection_fp`` is the
-    one its checkpoint carries. Equivalent to ``observation.write()`` followed by
-    ``operation_record(**record, projection_fp=projection_fp)``, with the same errors
-    (tagged with ``ledger_write``); on PostgreSQL the writes are one server call.
+    one its checkpoint carries; ``first``, a write of the caller's own made before them
+    (the engine's step going ``executing``). Equivalent to ``first.write(fence)``,
+    ``observation.write()`` and ``operation_record(**record, projection_fp=projection_fp)``
+    one after the other, all or nothing, with the same errors (the ledger's tagged with
+    ``ledger_write``); on PostgreSQL the writes are one server call.
     """
     joinable = record["fence"] == observation.fence and not record.get("compensation")
     if not (one_call_steps() and joinable):
-        return _separately(observation, record, projection_fp)
+        return _separately(observation, record, projection_fp, first)
     with opening_incidents(), atomic(), connection.cursor() as cursor:
         try:
             loaded = _observation_prepared(cursor, observation)
         except RecoveryError as exc:
             raise _tagged(exc, "observe") from None
         if loaded is None:  # an identical repeat: step k is as observed already
+            if first is not None:
+                first.write(observation.fence)
             row = load_row(cursor, observation.key)
             return _unchanged(row), _record_alone(record, projection_fp)
         row, observed, target = loaded
         if observed.subject != record["subject"]:
             raise RecoveryValidationError("A joint observe-and-record stays on one chain.")
-        return _call(cursor, observation, row, observed, target, record, projection_fp)
+        return _call(cursor, observation, (row, observed, target), record, projection_fp, first)
 
 
-def _separately(observation, record, projection_fp):
-    """Both writes one after the other, all or nothing (the caller's transaction, or a
+def _separately(observation, record, projection_fp, first):
+    """The writes one after the other, all or nothing (the caller's transaction, or a
     savepoint of their own)."""
     with opening_incidents(), atomic():
+        if first is not None:
+            first.write(observation.fence)
         try:
             observed = observation.write()
         except RecoveryError as exc:
@@ -189,9 +229,10 @@ _CALL = (
 )
 
 
-def _call(cursor, observation, row, observed, target, record, projection_fp):
+def _call(cursor, observation, loaded, record, projection_fp, first):
     """Step k+1's operation and checkpoint prepared, then the one call (needs the
     caller's transaction: a refused write is explained, then rolled back with it)."""
+    row, observed, target = loaded
     state, result_fp = target
     fence: Fence = observation.fence
     subject: Subject = observed.subject
@@ -201,9 +242,19 @@ def _call(cursor, observation, row, observed, target, record, projection_fp):
         raise _tagged(exc, "record") from None
     recorded = chain.prepare(subject, observed.head, "operation.recorded", fact, projection_fp)
     head_seq = observed.seq - 1
+    sql, params = _CALL, []
+    if first is not None:
+        # The caller's row first, in the same statement: the call runs only if it matched.
+        first_sql, params = first.sql(fence)
+        sql = (
+            f"WITH first_write AS ({first_sql} RETURNING 1) SELECT CASE WHEN EXISTS "
+            f"(SELECT 1 FROM first_write) THEN ({_CALL.removeprefix('SELECT ')}) "
+            "ELSE 'row' END"
+        )
     cursor.execute(
-        _CALL,
+        sql,
         [
+            *params,
             subject.type,
             subject.id,
             head_seq,
@@ -234,6 +285,8 @@ def _call(cursor, observation, row, observed, target, record, projection_fp):
         ],
     )
     refused = cursor.fetchone()[0]
+    if refused == "row":
+        raise fenced_row_stale(fence) or first.refused()
     if refused == "record":
         raise _tagged(
             _why_not_recorded(cursor, key, subject, values["idempotency_fp"], fence), "record"

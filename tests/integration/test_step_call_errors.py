@@ -19,6 +19,7 @@ from recovery import api
 from recovery.models import Checkpoint, Operation
 from recovery.services import _ledger, operations, step_call
 from recovery.testing import fingerprints, record
+from tests.providers.alpha.models import Note
 
 pytestmark = pytest.mark.django_db
 
@@ -157,3 +158,48 @@ def test_a_broken_chain_refuses_the_success(subject, fence, path):
         )
     assert refused.value.ledger_write == "observe"
     assert standing(subject) == before
+
+
+def row_write(note, *, expect: str) -> api.RowWrite:
+    return api.RowWrite(
+        Note, note.pk, {"text": "moved"}, {"text": expect}, lambda: RuntimeError("moved first")
+    )
+
+
+def test_the_callers_row_is_written_first_and_with_the_rest(subject, fence, path):
+    op = record(subject, fence)
+    note = Note.objects.create(instance_id=1, text="ready")
+    api.operation_observe_record(
+        observation=observed(op, fence),
+        record=next_step(subject, fence),
+        first=row_write(note, expect="ready"),
+    )
+    note.refresh_from_db()
+    assert note.text == "moved" and Operation.objects.get(key=op.key).state == "succeeded"
+
+
+def test_a_callers_row_moved_meanwhile_refuses_everything(subject, fence, path):
+    op = record(subject, fence)
+    note = Note.objects.create(instance_id=1, text="elsewhere")
+    before = standing(subject)
+    with pytest.raises(RuntimeError, match="moved first"):
+        api.operation_observe_record(
+            observation=observed(op, fence),
+            record=next_step(subject, fence),
+            first=row_write(note, expect="ready"),
+        )
+    assert standing(subject) == before
+    assert Note.objects.get(pk=note.pk).text == "elsewhere"
+
+
+def test_a_callers_row_on_a_stale_fence_is_a_stale_fence(subject, fence, path):
+    op = record(subject, fence)
+    note = Note.objects.create(instance_id=1, text="ready")
+    api.lease_release(fence=fence)
+    with pytest.raises(api.StaleFence):
+        api.operation_observe_record(
+            observation=observed(op, fence),
+            record=next_step(subject, fence),
+            first=row_write(note, expect="ready"),
+        )
+    assert Note.objects.get(pk=note.pk).text == "ready"

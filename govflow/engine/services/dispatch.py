@@ -279,11 +279,9 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
     then the ledger operation ``dispatched``, which carries the projection's fingerprint
     and is refused while an integrity incident is open or the effect is unsettled (I12).
 
-    With ``observed`` (the previous step's observation, held back for this), both ledger
-    writes go together: one server call on PostgreSQL (ADR 0031)."""
-    run.update_token(
-        plan.token,
-        TokenState.READY,
+    With ``observed`` (the previous step's observation, held back for this), the token's
+    write and both ledger writes go together: one server call on PostgreSQL (ADR 0031)."""
+    values = dict(
         state=TokenState.EXECUTING,
         operation_key=plan.key,
         idempotency_key=plan.idem,
@@ -291,11 +289,16 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
         wait_kind="",
     )
     if observed is None:
+        run.update_token(plan.token, TokenState.READY, **values)
         operation_record(**plan.record, projection_fp=run.carry_projection())
-    else:
-        operation_observe_record(
-            observation=observed, record=plan.record, projection_fp=run.carry_projection()
-        )
+        return
+    executing = run.token_write(plan.token, TokenState.READY, **values)
+    operation_observe_record(
+        observation=observed,
+        record=plan.record,
+        projection_fp=run.carry_projection(),
+        first=executing,
+    )
 
 
 def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
