@@ -232,8 +232,7 @@ _CALL = (
 def _call(cursor, observation, loaded, record, projection_fp, first):
     """Step k+1's operation and checkpoint prepared, then the one call (needs the
     caller's transaction: a refused write is explained, then rolled back with it)."""
-    row, observed, target = loaded
-    state, result_fp = target
+    row, observed, (state, result_fp) = loaded
     fence: Fence = observation.fence
     subject: Subject = observed.subject
     try:
@@ -241,7 +240,19 @@ def _call(cursor, observation, loaded, record, projection_fp, first):
     except RecoveryError as exc:
         raise _tagged(exc, "record") from None
     recorded = chain.prepare(subject, observed.head, "operation.recorded", fact, projection_fp)
-    head_seq = observed.seq - 1
+    observe = [row["id"], row["state"], row["revision"], state, result_fp, state in SUCCESS]
+    dispatch = [key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]]
+    arguments = [
+        *(subject.type, subject.id, observed.seq - 1, observed.prev_link),
+        *(fence.key, fence.holder, fence.fence),
+        *observe,
+        *dispatch,
+        *(list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id),
+        *observed.row()[3:6],
+        *(observed.link, observed.projection_fp),
+        *recorded.row()[3:6],
+        *(recorded.link, recorded.projection_fp),
+    ]
     sql, params = _CALL, []
     if first is not None:
         # The caller's row first, in the same statement: the call runs only if it matched.
@@ -251,54 +262,29 @@ def _call(cursor, observation, loaded, record, projection_fp, first):
             f"(SELECT 1 FROM first_write) THEN ({_CALL.removeprefix('SELECT ')}) "
             "ELSE 'row' END"
         )
-    cursor.execute(
-        sql,
-        [
-            *params,
-            subject.type,
-            subject.id,
-            head_seq,
-            observed.prev_link,
-            fence.key,
-            fence.holder,
-            fence.fence,
-            row["id"],
-            row["state"],
-            row["revision"],
-            state,
-            result_fp,
-            state in SUCCESS,
-            key,
-            *(values[column] for column in _RECORDED),
-            record["ordinal"],
-            values["state"],
-            list(_BLOCKING),
-            LEDGER_WATERMARK.type,
-            LEDGER_WATERMARK.id,
-            observed.key_id,
-            *(observed.row()[3:6]),
-            observed.link,
-            observed.projection_fp,
-            *(recorded.row()[3:6]),
-            recorded.link,
-            recorded.projection_fp,
-        ],
-    )
+    cursor.execute(sql, [*params, *arguments])
     refused = cursor.fetchone()[0]
-    if refused == "row":
-        raise fenced_row_stale(fence) or first.refused()
-    if refused == "record":
-        raise _tagged(
-            _why_not_recorded(cursor, key, subject, values["idempotency_fp"], fence), "record"
-        )
-    if refused == "observe":
-        raise _tagged(_why_not(cursor, row, state, fence, subject), "observe")
-    if refused:  # 'head' or 'chain': someone appended to the chain first
-        raise _tagged(chain.conflict(subject, observed.seq), "observe")
+    if refused:
+        raise _explained(cursor, refused, row, state, observed, (key, values), first, fence)
     return (
         RecordedOperation(row["key"], subject, state, row["revision"] + 1, observed.seq, result_fp),
         RecordedOperation(key, subject, values["state"], 1, recorded.seq),
     )
+
+
+def _explained(cursor, refused, row, state, observed, dispatched, first, fence) -> Exception:
+    """Why the call wrote nothing (failure path only): the separate writes' own answers."""
+    subject = observed.subject
+    if refused == "row":
+        return fenced_row_stale(fence) or first.refused()
+    if refused == "record":
+        key, values = dispatched
+        why = _why_not_recorded(cursor, key, subject, values["idempotency_fp"], fence)
+        return _tagged(why, "record")
+    if refused == "observe":
+        return _tagged(_why_not(cursor, row, state, fence, subject), "observe")
+    # 'head' or 'chain': someone appended to the chain first
+    return _tagged(chain.conflict(subject, observed.seq), "observe")
 
 
 def _record_prepared(record: dict[str, Any], fence: Fence):
