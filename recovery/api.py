@@ -22,7 +22,7 @@ from .compensation_reads import (
     compensations_of,
     compensations_waiting,
 )
-from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined
+from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined, multi_statement
 from .errors import (
     AnchorStoreError,
     CanonicalError,
@@ -163,6 +163,7 @@ from .services.resolutions import (
     incident_resolve_reject,
     incident_resolve_withdraw,
 )
+from .services.step_call import Observation, RowWrite, operation_observe_record
 from .states import (
     TERMINAL,
     TRANSITIONS,
@@ -236,6 +237,7 @@ __all__ = [
     "LeaseView",
     "LedgerDisagrees",
     "MultipleFileField",
+    "Observation",
     "ObservationKind",
     "OperationExists",
     "OperationNotFound",
@@ -250,6 +252,7 @@ __all__ = [
     "ResolutionOutcome",
     "ResolutionState",
     "RevisionRollback",
+    "RowWrite",
     "StaleFence",
     "Subject",
     "SubjectType",
@@ -329,6 +332,7 @@ __all__ = [
     "leases_held",
     "leases_live",
     "leases_stale",
+    "multi_statement",
     "observation_record",
     "observations_of",
     "operation_check_input",
@@ -337,6 +341,7 @@ __all__ = [
     "operation_key",
     "operation_keys_of_action",
     "operation_observe",
+    "operation_observe_record",
     "operation_record",
     "operations_for_effect",
     "operations_of",

@@ -33,19 +33,48 @@ class Dialect:
 
     seconds_param: staticmethod
 
+    step_call: bool
+    """A step's ledger writes — step k observed, step k+1 recorded, both checkpoints — go
+    to the server as one call of ``recovery_observe_record`` (PostgreSQL, created by
+    migration 0011; ADR 0031). SQLite sends them as separate statements of the same
+    transaction: its database is in-process, a statement costs no round trip."""
+
 
 _POSTGRES = Dialect(
     now="clock_timestamp()",
     plus_seconds="(clock_timestamp() + %s * interval '1 second')",
     share_lock="FOR SHARE",
     seconds_param=staticmethod(lambda seconds: float(seconds)),
+    step_call=True,
 )
 _SQLITE = Dialect(
     now="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
     plus_seconds="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)",
     share_lock="",
     seconds_param=staticmethod(lambda seconds: f"{float(seconds):+.6f} seconds"),
+    step_call=False,
 )
+_MULTI_STATEMENT: ContextVar[bool] = ContextVar("recovery_multi_statement", default=False)
+
+
+def one_call_steps() -> bool:
+    """Whether a step's ledger writes go as one server call here (:attr:`Dialect.step_call`),
+    unless :func:`multi_statement` asks for the separate statements."""
+    return dialect().step_call and not _MULTI_STATEMENT.get()
+
+
+@contextmanager
+def multi_statement() -> Iterator[None]:
+    """Send a step's ledger writes as separate statements even where one call is possible.
+
+    For tests and benchmarks that compare the two paths on the same database; both must
+    leave identical rows, fingerprints and links (``tests/integration/test_step_call.py``).
+    """
+    token = _MULTI_STATEMENT.set(True)
+    try:
+        yield
+    finally:
+        _MULTI_STATEMENT.reset(token)
 
 
 def dialect() -> Dialect:

@@ -13,32 +13,42 @@ chain's rows, :mod:`.replay` recomputes a chain from rows already read (no datab
 """
 
 from .links import (
+    CHECKPOINT_COLUMNS,
+    CHECKPOINT_TABLE,
     COMPARED,
     EMPTY,
     OP_COLUMNS,
     Head,
+    Prepared,
     append,
     compute_link,
+    conflict,
     load_checkpoints,
     load_operations,
+    prepare,
     read_head,
 )
 from .replay import Verification, compare, verify_rows
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
 
 __all__ = [
+    "CHECKPOINT_COLUMNS",
+    "CHECKPOINT_TABLE",
     "COMPARED",
     "EMPTY",
     "OP_COLUMNS",
     "VERIFY_ATTEMPTS",
     "Head",
+    "Prepared",
     "Verification",
     "append",
     "chain_verify",
     "compare",
     "compute_link",
+    "conflict",
     "load_checkpoints",
     "load_operations",
+    "prepare",
     "read_head",
     "revision_require",
     "subject_revision",

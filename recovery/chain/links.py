@@ -18,6 +18,7 @@ from ..models import Checkpoint, Operation
 from ..subjects import Subject
 
 _CP = Checkpoint._meta.db_table
+CHECKPOINT_TABLE = _CP
 _OP = Operation._meta.db_table
 
 # The operation columns the chain replays and compares (row attribute, fact field).
@@ -75,6 +76,84 @@ def read_head(cursor, subject: Subject) -> Head:
     return Head(row[0], row[1]) if row else EMPTY
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One checkpoint as it will be inserted after a head: its row's values, link computed.
+
+    Computed in Python (the chain key never reaches the database); inserted by
+    :func:`append`, or passed as parameters to a one-call step commit that checks the head
+    it was computed against.
+    """
+
+    subject: Subject
+    seq: int
+    kind: str
+    fact: str
+    fact_fp: str
+    prev_link: str
+    link: str
+    key_id: str
+    projection_fp: str
+
+    @property
+    def head(self) -> Head:
+        """The chain's head once this checkpoint is in."""
+        return Head(self.seq, self.link)
+
+    def row(self) -> list[Any]:
+        """The values of the INSERT, in :data:`CHECKPOINT_COLUMNS` order (no clock)."""
+        return [
+            self.subject.type,
+            self.subject.id,
+            self.seq,
+            self.kind,
+            self.fact,
+            self.fact_fp,
+            self.prev_link,
+            self.link,
+            self.key_id,
+            self.projection_fp,
+        ]
+
+
+CHECKPOINT_COLUMNS = (
+    "subject_type, subject_id, seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp"
+)
+
+
+def prepare(
+    subject: Subject, head: Head, kind: str, fact: dict[str, Any], projection_fp: str = ""
+) -> Prepared:
+    """The checkpoint that follows ``head``: fact bytes, fingerprint and keyed link."""
+    if projection_fp:
+        fact = {**fact, "projection": projection_fp}
+    keys = chain_keys()
+    key = keys.keys[keys.active_id]
+    fact_bytes = canonical_bytes(fact)
+    fact_fp = fingerprint(FingerprintKind.FACT, fact_bytes)
+    seq = head.seq + 1
+    link = compute_link(key, subject, seq, kind, fact_fp, head.link)
+    return Prepared(
+        subject,
+        seq,
+        kind,
+        fact_bytes.decode(),
+        fact_fp,
+        head.link,
+        link,
+        keys.active_id,
+        projection_fp,
+    )
+
+
+def conflict(subject: Subject, seq: int) -> ChainConflict:
+    """The error of an append that lost the compare-and-swap on (subject, seq)."""
+    return ChainConflict(
+        f"Checkpoint #{seq} of {subject} was written by someone else first. Nothing was "
+        "recorded; reload the subject and try again."
+    )
+
+
 def append(
     cursor,
     subject: Subject,
@@ -91,38 +170,16 @@ def append(
     owner's rows, e.g. an instance's variables and steps) as this checkpoint leaves it; it
     is part of the fact, so the chain covers it.
     """
-    if projection_fp:
-        fact = {**fact, "projection": projection_fp}
-    keys = chain_keys()
-    key = keys.keys[keys.active_id]
-    fact_bytes = canonical_bytes(fact)
-    fact_fp = fingerprint(FingerprintKind.FACT, fact_bytes)
-    seq = head.seq + 1
-    link = compute_link(key, subject, seq, kind, fact_fp, head.link)
+    checkpoint = prepare(subject, head, kind, fact, projection_fp)
     try:
         cursor.execute(
-            f"INSERT INTO {_CP} (subject_type, subject_id, seq, kind, fact, fact_fp, "
-            f"prev_link, link, key_id, projection_fp, recorded_at) "
+            f"INSERT INTO {_CP} ({CHECKPOINT_COLUMNS}, recorded_at) "
             f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
-            [
-                subject.type,
-                subject.id,
-                seq,
-                kind,
-                fact_bytes.decode(),
-                fact_fp,
-                head.link,
-                link,
-                keys.active_id,
-                projection_fp,
-            ],
+            checkpoint.row(),
         )
     except IntegrityError as exc:
-        raise ChainConflict(
-            f"Checkpoint #{seq} of {subject} was written by someone else first. Nothing was "
-            "recorded; reload the subject and try again."
-        ) from exc
-    return Head(seq, link)
+        raise conflict(subject, checkpoint.seq) from exc
+    return checkpoint.head
 
 
 def load_checkpoints(cursor, subject: Subject) -> list[Sequence[Any]]:

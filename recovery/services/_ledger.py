@@ -230,15 +230,22 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
 
 
 def verified_head(
-    cursor, subject: Subject, subject_rows: list | None = None, *, decisions: list = ()
+    cursor,
+    subject: Subject,
+    subject_rows: list | None = None,
+    *,
+    decisions: list = (),
+    checkpoints: list | None = None,
 ) -> Head:
     """Verify the subject's whole chain before a success; return its head.
 
     ``decisions`` are (id, result, result fingerprint) rows of decisions whose stored
-    results are verified too (``decided.result_mismatch``). Raises :class:`ChainBroken`;
+    results are verified too (``decided.result_mismatch``); ``checkpoints``, the chain's
+    rows when the caller read them already. Raises :class:`ChainBroken`;
     :func:`opening_incidents` turns that into an incident.
     """
-    checkpoints = chain.load_checkpoints(cursor, subject)
+    if checkpoints is None:
+        checkpoints = chain.load_checkpoints(cursor, subject)
     if subject_rows is None:
         subject_rows = chain.load_operations(cursor, subject)
     verification = chain.verify_rows(subject, checkpoints, subject_rows, results=decisions)

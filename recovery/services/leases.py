@@ -294,6 +294,28 @@ def fenced_update_row(
     ):
         queryset = model._default_manager.filter(pk=pk, **(expect or {}))
         return fenced_update(queryset, fence=fence, **values)
+    sql, params = fenced_row_sql(model, pk=pk, fence=fence, values=values, expect=expect)
+    with atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        count = cursor.rowcount
+        if count == 0 and not Lease.objects.filter(_live(fence)).exists():
+            raise _stale(fence, "write")
+    return count
+
+
+def fenced_row_sql(
+    model: type[Model],
+    *,
+    pk: object,
+    fence: Fence,
+    values: Mapping[str, object],
+    expect: Mapping[str, object] | None = None,
+) -> tuple[str, list[object]]:
+    """The statement of :func:`fenced_update_row` as ``(sql, params)``, not executed.
+
+    Values are plain field values or ``Now()`` (the database clock). The text is built
+    once per shape of call (:func:`_update_sql`); only the parameters are made each time.
+    """
     shape = tuple((name, isinstance(value, Now)) for name, value in values.items())
     sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), _vendor())
     params = [
@@ -306,13 +328,13 @@ def fenced_update_row(
         field.get_db_prep_value(value, connection)
         for field, value in zip(expected, (expect or {}).values(), strict=True)
     ]
-    live_params = fence_condition(fence)[1]
-    with atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *live_params])
-        count = cursor.rowcount
-        if count == 0 and not Lease.objects.filter(_live(fence)).exists():
-            raise _stale(fence, "write")
-    return count
+    return sql, [*params, *fence_condition(fence)[1]]
+
+def fenced_row_stale(fence: Fence) -> StaleFence | None:
+    """After a fenced row write matched nothing: the error if the fence is stale, else None."""
+    if Lease.objects.filter(_live(fence)).exists():
+        return None
+    return _stale(fence, "write")
 
 
 def _vendor() -> str:

@@ -1,35 +1,39 @@
 """What one step costs the database: a regression guard on statements and commits.
 
-Measured on PostgreSQL and SQLite (the same statements on both). A non-atomic step is:
+A non-atomic step, once steps follow each other, is one commit that records step k's
+outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its statements:
 
-    -- the dispatch boundary --
-    UPDATE   token → executing (fenced)
-    SELECT   chain head
-    INSERT   ledger operation (fenced)
-    INSERT   checkpoint operation.recorded
-    COMMIT
-    -- provider call, outside any transaction --
-    -- the observation and the projection --
-    SELECT   the operation and its subject's operations
-    SELECT   the subject's checkpoints (the chain is verified before a success, I7)
-    UPDATE   operation → succeeded (fenced)
-    INSERT   checkpoint operation.observed
-    UPDATE   token → completed (fenced)
-    INSERT   next token
+    -- step k's outcome and the projection --
+    UPDATE   token k -> completed (fenced)
+    INSERT   token k+1
     UPDATE   instance variables/status (fenced)
-    -- and, in the same transaction, the next step's dispatch boundary (above) --
+    -- on PostgreSQL (ADR 0031) --
+    SELECT   the subject's checkpoints and operations, the operation among them (one
+             statement; I7: the chain is verified in Python before a success)
+    WITH     token k+1 -> executing (fenced) SELECT recovery_observe_record(...): the
+             chain head checked, operation k -> succeeded (fenced compare-and-swap), its
+             checkpoint, operation k+1 dispatched (fenced, no open incident, no unsettled
+             operation of the effect), its checkpoint: one statement
+    -- on SQLite (or inside recovery.api.multi_statement()), one by one --
+    UPDATE   token k+1 -> executing (fenced)
+    SELECT   the operation and its subject's operations
+    SELECT   the subject's checkpoints
+    UPDATE   operation k -> succeeded (fenced)
+    INSERT   checkpoint operation.observed
+    SELECT   chain head
+    INSERT   operation k+1 (fenced)
+    INSERT   checkpoint operation.recorded
 
-that is 11 statements and one commit per step once steps follow each other: the commit
-that records step k's outcome also records step k+1's dispatch (``dispatch_next``). No
-savepoint: the ledger's and the fenced writes join the step's transaction
-(``recovery.api.joined``). The next token is found in the run's own view of its tokens,
-not by a query. A run adds, around its steps: acquiring the lease and loading the
-instance and its active tokens (3 statements, one commit); the first step's dispatch in
-its own commit when nothing before it in this run made it ready; releasing the lease,
-in the commit that ended the instance (1 statement, and 1 to make sure no other branch
-is stuck), or else in a commit of its own that
-also checks for work released meanwhile (2 statements). The last step inserts no next
-token.
+that is 5 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
+statement is a call inside the process, not a round trip to a server). No savepoint: the
+ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
+next token is found in the run's own view of its tokens, not by a query. A run adds,
+around its steps: acquiring the lease and loading the instance and its active tokens (3
+statements, one commit); the first step's dispatch in its own commit when nothing before
+it in this run made it ready (token, head, operation, checkpoint); releasing the lease,
+in the commit that ended the instance (1 statement, and 1 to make sure no other branch is
+stuck), or else in a commit of its own that also checks for work released meanwhile (2
+statements). The last step inserts no next token and records its outcome alone.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from django.test.utils import CaptureQueriesContext
 
 from govflow.engine.models import InstanceStatus
 from govflow.engine.services.runtime import instance_run
+from recovery import api
 from tests.flows import action, linear, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +56,7 @@ def kind(sql: str) -> str:
         return head
     if head in {"SAVEPOINT", "RELEASE"}:
         return "SAVEPOINT"
-    if sql.startswith('UPDATE "engine_token"') and '"idempotency_key" =' in sql:
+    if 'UPDATE "engine_token"' in sql and '"idempotency_key" =' in sql:
         return "DISPATCH"  # token -> executing: where a non-atomic step begins
     return "STATEMENT"
 
@@ -64,24 +69,8 @@ def totals_of(queries: list[dict]) -> dict[str, int]:
     return counts
 
 
-def steps_of(queries: list[dict]) -> list[dict[str, int]]:
-    """Split a run's statements at each dispatch; count each kind per step.
-
-    A step runs from its dispatch update to the next one: the rest of commit 1, commit 2
-    and the BEGIN of the next step's commit 1.
-    """
-    steps: list[dict[str, int]] = []
-    for query in queries:
-        k = kind(query["sql"])
-        if k == "DISPATCH":
-            steps.append({"STATEMENT": 0, "COMMIT": 0, "BEGIN": 0, "SAVEPOINT": 0})
-            k = "STATEMENT"
-        if steps:
-            steps[-1][k] += 1
-    return steps
-
-
-def test_a_non_atomic_step_costs_eleven_statements_and_one_commit(settings):
+def five_steps(settings) -> list[list[str]]:
+    """The commits of a run of five non-atomic steps (the start node run before)."""
     instance = start(linear(*(action(f"s{i}") for i in range(1, 6))))
     settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
     instance_run(instance_id=instance.pk)  # the start node, so the run below is 5 actions
@@ -89,22 +78,34 @@ def test_a_non_atomic_step_costs_eleven_statements_and_one_commit(settings):
     with CaptureQueriesContext(connection) as captured:
         report = instance_run(instance_id=instance.pk)
     assert report.steps == 5 and report.status == InstanceStatus.COMPLETED
-    queries = captured.captured_queries
-    totals = totals_of(queries)
+    totals = totals_of(captured.captured_queries)
+    assert totals["SAVEPOINT"] == 0 and totals["BEGIN"] == totals["COMMIT"] == 7, totals
+    commits = transactions_of(captured.captured_queries)
     print(f"\n5 non-atomic steps on {connection.vendor}: {totals}")
-    per_step = steps_of(queries)
-    for number, counts in enumerate(per_step, 1):
-        print(f"  step {number}: {counts}")
-    middle = {"STATEMENT": 11, "COMMIT": 1, "BEGIN": 1, "SAVEPOINT": 0}
-    assert per_step[:4] == [middle] * 4
-    # The last step inserts no next token and dispatches none (10 statements); the
-    # commit that completes the instance also makes sure no other branch is stuck and
-    # releases the lease (2 statements), and writes its instance.completed event (its
-    # sequence number and its row, 2 statements: ADR 0032). The steps that succeed and
-    # move on above emit no event and cost what they cost before.
-    assert per_step[4] == {"STATEMENT": 10 + 2 + 2, "COMMIT": 2, "BEGIN": 1, "SAVEPOINT": 0}
-    # Before the first dispatch: BEGIN, lease, instance, tokens, COMMIT, and its BEGIN.
-    assert totals == {"BEGIN": 7, "COMMIT": 7, "SAVEPOINT": 0, "STATEMENT": 3 + 44 + 14}
+    for number, statements in enumerate(commits, 1):
+        print(f"  commit {number}: {len(statements)} statements")
+    return commits
+
+
+def test_a_non_atomic_step_is_one_commit_of_five_statements_on_postgresql(settings):
+    commits = five_steps(settings)
+    one_call = connection.vendor == "postgresql"
+    per_step = 5 if one_call else 11
+    # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
+    # step 5's outcome, the look for a stuck branch and the release, and the instance's
+    # instance.completed event (its sequence number and its row: ADR 0032). The steps
+    # that succeed and move on emit no event.
+    assert [len(c) for c in commits] == [3, 4, *[per_step] * 4, 6 + 2 + 2]
+    for commit in commits[2:6]:
+        assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
+        assert sum("recovery_observe_record(" in sql for sql in commit) == int(one_call)
+
+
+def test_the_separate_statements_on_postgresql_cost_eleven(settings):
+    with api.multi_statement():
+        commits = five_steps(settings)
+    assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 8 + 2]
+    assert not any("recovery_observe_record(" in sql for c in commits for sql in c)
 
 
 def test_the_start_node_commit_carries_the_first_dispatch():

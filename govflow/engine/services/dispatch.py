@@ -25,6 +25,7 @@ from recovery.api import (
     CanonicalError,
     FingerprintKind,
     IntegrityViolation,
+    Observation,
     RecoveryMode,
     canonical_bytes,
     fingerprint,
@@ -32,6 +33,7 @@ from recovery.api import (
     idempotency_key,
     operation_get,
     operation_key,
+    operation_observe_record,
     operation_record,
     schema_validator,
 )
@@ -312,23 +314,34 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
     return Plan(token, node, action, record, key, idem, context)
 
 
-def dispatch(run: Run, plan: Plan) -> None:
+def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
     """The dispatch boundary's writes (needs the caller's commit): token ``executing``,
     then the ledger operation ``dispatched``, which carries the projection's fingerprint
-    and is refused while an integrity incident is open or the effect is unsettled (I12)."""
-    run.update_token(
-        plan.token,
-        TokenState.READY,
+    and is refused while an integrity incident is open or the effect is unsettled (I12).
+
+    With ``observed`` (the previous step's observation, held back for this), the token's
+    write and both ledger writes go together: one server call on PostgreSQL (ADR 0031)."""
+    values = dict(
         state=TokenState.EXECUTING,
         operation_key=plan.key,
         idempotency_key=plan.idem,
         not_before=None,
         wait_kind="",
     )
-    operation_record(**plan.record, projection_fp=run.carry_projection())
+    if observed is None:
+        run.update_token(plan.token, TokenState.READY, **values)
+        operation_record(**plan.record, projection_fp=run.carry_projection())
+        return
+    executing = run.token_write(plan.token, TokenState.READY, **values)
+    operation_observe_record(
+        observation=observed,
+        record=plan.record,
+        projection_fp=run.carry_projection(),
+        first=executing,
+    )
 
 
-def dispatch_next(run: Run) -> Next:
+def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
     """Record the next step's dispatch in the commit that made it ready, when it can.
 
     Needs the caller's commit: one that just completed a step. When the next step to run
@@ -340,6 +353,9 @@ def dispatch_next(run: Run) -> Next:
     loop, which handles it in its own commits as before (None); a step that would be
     rejected, or whose preview was slow, is left with its plan or refusal (:class:`Defer`).
     Raises :class:`ChainedDispatchRefused` when the ledger refuses the chained dispatch.
+    ``observed`` is the previous step's observation held back by the caller: it is
+    written with the dispatch when one is chained (:class:`Chain`), else left to the
+    caller; a refusal of the observation itself is raised as it is.
     """
     if not run.may_chain():
         return None
@@ -366,7 +382,9 @@ def dispatch_next(run: Run) -> Next:
         # commit, so the commit now open (another step's outcome) is not put at risk.
         return Defer(token.pk, plan=plan)
     try:
-        dispatch(run, plan)
+        dispatch(run, plan, observed)
     except IntegrityViolation as exc:
+        if getattr(exc, "ledger_write", "record") == "observe":
+            raise  # the previous step's outcome itself was refused: the caller's to handle
         raise ChainedDispatchRefused(exc) from exc
     return Chain(plan)

@@ -27,6 +27,7 @@ from django.db import connection
 from recovery.api import (
     ConflictError,
     Fence,
+    RowWrite,
     Subject,
     fenced_update_row,
     incident_open_sql,
@@ -259,27 +260,38 @@ class Run:
         A change of state must be a move of the engine's table (``TOKEN_TRANSITIONS``);
         any other is a bug here, refused before anything is written.
         """
-        target = values.get("state", expected)
-        if target != expected and not token_may_move(expected, target):
-            raise EngineError(
-                f"Step '{token.node_id}' (#{token.ordinal}) cannot go from {expected} to "
-                f"{target}: the engine's table of step moves does not allow it. This is a "
-                "bug in the engine; nothing was changed."
-            )
+        _check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         count = fenced_update_row(
             Token, pk=token.pk, expect={"state": expected}, fence=self.fence, values=values
         )
         if count != 1:
-            raise EngineConflict(
-                f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
-                f"{expected}; someone else changed it. Nothing was changed."
-            )
+            raise _moved_meanwhile(token, expected)
+        target = values.get("state", expected)
         if target != expected and TokenState.OUTCOME_UNKNOWN in (target, expected):
             token_moved(self, token, expected, target)  # a handoff opened or decided
         for name, value in values.items():
             if name != "updated_at":
                 setattr(token, name, value)
+
+    def token_write(self, token: Token, expected: str, **values: Any) -> RowWrite:
+        """The write of :meth:`update_token`, handed to the ledger to make first in its
+        own call (``recovery.api.operation_observe_record``; needs the caller's commit).
+
+        The run's view takes the values now, so the fingerprint the ledger write carries
+        includes them; a refused call rolls the commit back and the caller reloads.
+        """
+        _check_move(token, expected, values)
+        values.setdefault("updated_at", clock())
+        target = values.get("state", expected)
+        if target != expected and TokenState.OUTCOME_UNKNOWN in (target, expected):
+            token_moved(self, token, expected, target)  # rolled back with a refused call
+        for name, value in values.items():
+            if name != "updated_at":
+                setattr(token, name, value)
+        return RowWrite(
+            Token, token.pk, values, {"state": expected}, lambda: _moved_meanwhile(token, expected)
+        )
 
     def flush(
         self, router: Router | None = None, *, status: str | None = None, reason: str = ""
@@ -320,6 +332,23 @@ class Run:
             created_at=clock(),
         )
         incident_opened(self.instance, incident)
+
+
+def _check_move(token: Token, expected: str, values: dict[str, Any]) -> None:
+    target = values.get("state", expected)
+    if target != expected and not token_may_move(expected, target):
+        raise EngineError(
+            f"Step '{token.node_id}' (#{token.ordinal}) cannot go from {expected} to "
+            f"{target}: the engine's table of step moves does not allow it. This is a "
+            "bug in the engine; nothing was changed."
+        )
+
+
+def _moved_meanwhile(token: Token, expected: str) -> EngineConflict:
+    return EngineConflict(
+        f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
+        f"{expected}; someone else changed it. Nothing was changed."
+    )
 
 
 def load_run(instance_id: int, fence: Fence) -> Run | None:

@@ -18,6 +18,7 @@ from recovery.api import (
     ChainConflict,
     ConflictError,
     IntegrityViolation,
+    Observation,
     OperationState,
     input_guard,
     operation_observe,
@@ -34,7 +35,7 @@ from ..results import Failed, Pending, Succeeded, Unknown
 from ..variables import apply_output
 from .answers import ladder_wait, late_answer_keep
 from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
-from .dispatch import ChainedDispatchRefused, Next, dispatch_next
+from .dispatch import Chain, ChainedDispatchRefused, Next, dispatch_next
 from .linked_watch import is_linked_start, watch_begin
 from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
@@ -171,8 +172,14 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
     next_step: Next = None
     with run.commit():
         if isinstance(result, Succeeded):
-            succeed(run, token, node, key, result, expected=TokenState.EXECUTING)
-            next_step = dispatch_next(run)
+            # Held back so that, when the next step is chained, both ledger writes go
+            # together (one server call on PostgreSQL, ADR 0031); else written alone.
+            observed = succeed(
+                run, token, node, key, result, expected=TokenState.EXECUTING, held=True
+            )
+            next_step = dispatch_next(run, observed=observed)
+            if not isinstance(next_step, Chain):
+                observed.write()
         elif isinstance(result, Failed):
             retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING, operation=key)
         elif isinstance(result, Pending):
@@ -188,17 +195,28 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
 
 
 def succeed(
-    run, token, node, key, result: Succeeded, *, expected: str, extra=None, by: str = ""
-) -> None:
+    run,
+    token,
+    node,
+    key,
+    result: Succeeded,
+    *,
+    expected: str,
+    extra=None,
+    by: str = "",
+    held: bool = False,
+) -> Observation:
     """A step succeeded (needs the caller's commit): the projection's writes first, then
     the observation that carries their fingerprint (one commit either way: the order only
     saves a checkpoint). With ``by`` (``"provider"``: its reconcile settled an uncertain
-    step) the operation becomes ``effect_confirmed`` on that authority."""
+    step) the operation becomes ``effect_confirmed`` on that authority. With ``held`` the
+    observation is returned unwritten: the caller writes it in this commit, alone
+    (``write()``) or with the next step's dispatch (``dispatch_next``)."""
     output = dict(result.output)
     extra = dict(extra or {})
     reason = extra.pop("reason", "")
     complete_with_output(run, token, node, output, expected=expected, reason=reason, extra=extra)
-    operation_observe(
+    observation = Observation(
         key=key,
         state=OperationState.EFFECT_CONFIRMED if by else OperationState.SUCCEEDED,
         fence=run.fence,
@@ -206,6 +224,9 @@ def succeed(
         projection_fp=run.carry_projection(),
         by=by,
     )
+    if not held:
+        observation.write()
+    return observation
 
 
 def complete_with_output(
