@@ -330,6 +330,7 @@ def fenced_row_sql(
     ]
     return sql, [*params, *fence_condition(fence)[1]]
 
+
 def fenced_row_stale(fence: Fence) -> StaleFence | None:
     """After a fenced row write matched nothing: the error if the fence is stale, else None."""
     if Lease.objects.filter(_live(fence)).exists():
