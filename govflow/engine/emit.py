@@ -68,9 +68,12 @@ def status_changed(run, before: str) -> None:
     after = str(run.instance.status)
     if after == before:
         return
+    # Read from the document with .get: a run that stops because its stored definition
+    # was changed or garbled (ADR 0008) still emits its event.
+    key, version = run.spec.document.get("key"), run.spec.document.get("version")
     common = {
-        "definition": run.spec.key,
-        "version": run.spec.version,
+        "definition": key if isinstance(key, str) else None,
+        "version": version if isinstance(version, int) else None,
         "status": after,
         "previous_status": before,
     }

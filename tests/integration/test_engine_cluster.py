@@ -62,15 +62,16 @@ class FakeCluster:
 
 
 class FakeThread:
-    def __init__(self, events, *, stop_event):
+    def __init__(self, events, *, stop_event, name="sweeper"):
         self.events = events
         self.stop_event = stop_event
+        self.name = name
 
     def start(self):
-        self.events.append("sweeper started")
+        self.events.append(f"{self.name} started")
 
     def join(self, timeout=None):
-        self.events.append(f"sweeper joined, stop set: {self.stop_event.is_set()}")
+        self.events.append(f"{self.name} joined, stop set: {self.stop_event.is_set()}")
 
     def is_alive(self):
         return False
@@ -81,6 +82,11 @@ def fake_cluster(monkeypatch):
     events = []
     monkeypatch.setattr(cluster_module, "SweepingCluster", lambda **kw: FakeCluster(events, **kw))
     monkeypatch.setattr(cluster_module, "SweeperThread", lambda **kw: FakeThread(events, **kw))
+    monkeypatch.setattr(
+        cluster_module,
+        "PublisherThread",
+        lambda **kw: FakeThread(events, name="publisher", **kw),
+    )
     monkeypatch.setattr(
         cluster_module.connections, "close_all", lambda: events.append("connections closed")
     )
@@ -94,7 +100,9 @@ def test_the_sweeper_starts_only_after_the_sentinel_was_forked(fake_cluster):
         "connections closed",  # nothing open is inherited by the forked sentinel
         "cluster started",  # Cluster.start() forks the sentinel and returns
         "sweeper started",
+        "publisher started",  # the outbox's publisher too, after the fork (ADR 0032)
         "sweeper joined, stop set: True",  # once the sentinel has stopped
+        "publisher joined, stop set: True",
     ]
 
 
