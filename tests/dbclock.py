@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from django.db import connection
+from django.db import connection, connections
 
 from recovery.db import dialect
 from recovery.models import Lease
@@ -33,3 +33,16 @@ def wait_until_expired(key: str, *, timeout: float = 10.0) -> datetime:
             return now
         assert time.monotonic() < deadline, f"lease {key!r} did not expire by the DB clock"
         time.sleep(min(0.02, max(0.001, (expires_at - now).total_seconds())))
+
+
+def terminate_backend() -> None:
+    """End this connection's server session from another connection (PostgreSQL)."""
+    pid = connection.connection.info.backend_pid
+    default = connections["default"]
+    other = type(default)(dict(default.settings_dict), alias="killer")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            assert cursor.fetchone()[0]
+    finally:
+        other.close()

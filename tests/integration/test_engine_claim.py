@@ -3,16 +3,10 @@ django-q2's own pusher and worker running claimed instances through GovFlow's br
 
 from __future__ import annotations
 
-import queue
-from multiprocessing import Event, Value
-
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
-from django_q import pusher as pusher_module
-from django_q import worker as worker_module
 from django_q.brokers import get_broker
-from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
@@ -28,6 +22,7 @@ from govflow.engine.services.run import instance_lease_key
 from govflow.engine.services.runtime import instance_run
 from recovery import api
 from recovery.models import Lease
+from tests.cluster_round import pusher_and_worker_round
 from tests.dbclock import wait_until_expired
 from tests.engine_helpers import chain_ok, node
 from tests.flows import action, linear, start
@@ -163,24 +158,13 @@ def test_a_mark_made_while_the_instance_runs_outlives_the_run():
 def test_django_q2s_pusher_and_worker_run_claimed_instances_and_ordinary_tasks(monkeypatch):
     """django-q2's own pusher dequeues from GovFlow's broker: claimed runs (acknowledged
     by doing nothing) and an ordinary task of django-q2's queue (acknowledged as ever)."""
-    monkeypatch.setattr(pusher_module, "setproctitle", None)
-    monkeypatch.setattr(worker_module, "setproctitle", None)
     broker = get_broker()
     assert isinstance(broker, ClaimBroker)
     first = start(linear(action("a")), {"value": "one"})
     second = start(linear(action("a")), {"value": "two"})
     async_task("math.floor", 2.5)
-
-    tasks, results = queue.Queue(), queue.Queue()
-    done = Event()
-    done.set()  # one round of dequeueing, then the pusher returns
-    monkeypatch.setattr(Conf, "WORKERS", 2)
-    pusher_module.pusher(tasks, done, broker)
-    assert tasks.qsize() == 3, "two claimed runs and one queued task"
-    tasks.put("STOP")
-    worker_module.worker(tasks, results, Value("f", -1), -1)
-
-    ran = [results.get_nowait() for _ in range(3)]
+    # two claimed runs and one queued task
+    ran = pusher_and_worker_round(monkeypatch, broker, expected=3)
     assert all(task["success"] for task in ran), [task["result"] for task in ran]
     runs = [task for task in ran if task.get("group") == ADVANCE_GROUP]
     assert sorted(task["result"]["instance"] for task in runs) == sorted([first.pk, second.pk])

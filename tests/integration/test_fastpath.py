@@ -9,14 +9,9 @@ once.
 
 from __future__ import annotations
 
-import queue
-from multiprocessing import Event, Value
-
 import pytest
 from django.db import OperationalError, close_old_connections, connection, connections
 from django_q import monitor as monitor_module
-from django_q import pusher as pusher_module
-from django_q import worker as worker_module
 from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import Task
@@ -28,6 +23,8 @@ from govflow.engine.models import InstanceStatus
 from govflow.engine.queue import ADVANCE_GROUP, instances_claim
 from govflow.engine.services import reconnect, runtime
 from govflow.engine.services.runtime import instance_run
+from tests.cluster_round import pusher_and_worker_round
+from tests.dbclock import terminate_backend
 from tests.engine_helpers import chain_ok
 from tests.flows import action, linear, start
 from tests.providers.alpha import effects
@@ -54,38 +51,15 @@ def unchecked():
         conn.health_check_enabled = saved[conn.alias]
 
 
-def terminate_backend() -> None:
-    """End this connection's server session from another connection (PostgreSQL)."""
-    pid = connection.connection.info.backend_pid
-    default = connections["default"]
-    other = type(default)(dict(default.settings_dict), alias="killer")
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-            assert cursor.fetchone()[0]
-    finally:
-        other.close()
-
-
 def test_instance_runs_store_no_success_while_one_off_tasks_do(monkeypatch):
     """django-q2's pusher, worker and monitor as a cluster runs them: two claimed runs and
     one ordinary task succeed; only the ordinary task leaves a row in *Successful tasks*."""
-    monkeypatch.setattr(pusher_module, "setproctitle", None)
-    monkeypatch.setattr(worker_module, "setproctitle", None)
     assert Conf.SAVE_LIMIT > 0, "one-off tasks keep django-q2's default: successes are kept"
     broker = get_broker()
     first = start(linear(action("a")), {"value": "one"})
     second = start(linear(action("a")), {"value": "two"})
     async_task("math.floor", 2.5)
-
-    tasks, results = queue.Queue(), queue.Queue()
-    done = Event()
-    done.set()  # one round of dequeueing, then the pusher returns
-    monkeypatch.setattr(Conf, "WORKERS", 2)
-    pusher_module.pusher(tasks, done, broker)
-    tasks.put("STOP")
-    worker_module.worker(tasks, results, Value("f", -1), -1)
-    ran = [results.get_nowait() for _ in range(3)]
+    ran = pusher_and_worker_round(monkeypatch, broker, expected=3)
     assert all(task["success"] for task in ran), [task["result"] for task in ran]
     for task in ran:
         monitor_module.save_task(task, broker)

@@ -9,13 +9,14 @@ second provider call. Only a lost lease makes it unknown, and then the answer is
 from __future__ import annotations
 
 import pytest
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, connection
 
 from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.services import reconnect, settle
 from govflow.engine.services.runtime import instance_run
 from recovery import api
 from recovery.models import Observation, ObservationKind
+from tests.dbclock import terminate_backend
 from tests.engine_helpers import token_of
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import effects
@@ -26,19 +27,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch):
     monkeypatch.setattr(reconnect, "RETRY_PAUSE", 0.01)
-
-
-def terminate_backend() -> None:
-    """End this connection's server session from another connection (PostgreSQL)."""
-    pid = connection.connection.info.backend_pid
-    default = connections["default"]
-    other = type(default)(dict(default.settings_dict), alias="killer")
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-            assert cursor.fetchone()[0]
-    finally:
-        other.close()
 
 
 def broken_once(monkeypatch, disrupt):
