@@ -34,11 +34,12 @@ throughput, growth and pause run; timer fire lag p99 <= 2 s; and cost growth:
   whole-chain read or verification per step) is quadratic in the length and shows as a
   ratio far below it.
 
-Duration on a quiet 2-core machine: about 15 minutes in full (the 10,000-in-flight run,
-50,000 steps, is a third of it), about 5 minutes with ``--quick`` (60 workflows per
-throughput run, growth with 100 and 1,000 in flight and 5- and 50-step instances, 1,000
-steps each). Under load, longer: the figures then measure the load as much as the engine;
-the CPU-per-step and per-step counters suffer least from it.
+Duration on a quiet 2-core machine: about 20 minutes in full (the growth runs' 67,000
+steps are a third of it, most of them the 10,000 in flight), about 4 minutes with
+``--quick`` (60 workflows per throughput run; growth with 100 and 1,000 in flight and 5-
+and 50-step instances of 1,000 steps each: about 1.5 minutes of it). Under load, longer:
+the figures then measure the load as much as the engine; the CPU-per-step and per-step
+counters suffer least from it.
 
 DBOS is installed only into ``bench/.venv-dbos`` (created on first use). The server is
 chosen by :func:`bench.pgserver.postgres_server`: ``make bench``'s, ``DATABASE_URL``
@@ -71,7 +72,7 @@ from bench.report import save_targets  # noqa: E402
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run (about 5 minutes)")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about 4 minutes)")
     parser.add_argument("--n", type=int, help="workflows per throughput run (default 500)")
     parser.add_argument("--recovery-n", type=int, help="workflows in flight (default 1000)")
     parser.add_argument("--timers", type=int, help="timers due at once (default 10000)")

@@ -77,7 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Every benchmark in one run, on one durable PostgreSQL server.",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a short run of each benchmark (3-4 minutes)"
+        "--quick", action="store_true", help="a short run of each benchmark (5-6 minutes)"
     )
     parser.add_argument(
         "--only", choices=[p.name for p in PARTS], help="run one benchmark only (default: all)"

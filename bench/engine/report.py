@@ -281,8 +281,10 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
         out("")
 
     out("Targets")
-    for figure, value, target, ok in evaluate(r):
-        out(f"  {figure:<44} {value:<34} {target:<24} {_met(ok)}")
+    targets = evaluate(r)
+    width = max(len(figure) for figure, *_ in targets)
+    for figure, value, target, ok in targets:
+        out(f"  {figure:<{width}} {value:<34} {target:<24} {_met(ok)}")
     out("")
     out(f"Total benchmark time {r['elapsed']:.0f} s; logs in {r['log_dir']}")
 
