@@ -22,8 +22,10 @@ or ledger operation completed twice), duplicate effects (two rows for one idempo
 key), phantom successes (a completed step with no effect row), unknown outcomes without a
 handoff (an ``outcome_unknown`` step whose instance is not blocked), chain failures
 (``chain_verify`` of every instance). It prints how many of the paused leases another holder
-took over and the slowest takeover (target: all, within lease TTL + 2 s)
-and the drain time after the last fault.
+took over and the slowest takeover (target: all, within lease TTL + 2 s),
+the instance runs (``advance`` tasks: claims) per instance that every cluster started
+began, from their logs (target: <= 1.2; each run a fault cut short counts), and the drain
+time after the last fault.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class Clusters:
     def __init__(self, url: str, args: argparse.Namespace, log_dir: Path) -> None:
         self.url, self.args, self.log_dir = url, args, log_dir
         self.running = {host: self._start(host, 0) for host in ("host-a", "host-b")}
+        self.started = list(self.running.values())
         self.starts = {host: 0 for host in self.running}
         self.paused: dict = {"held": 0, "taken": {}}
 
@@ -122,6 +125,11 @@ class Clusters:
         self.running[host].kill()
         self.starts[host] += 1
         self.running[host] = self._start(host, self.starts[host])
+        self.started.append(self.running[host])
+
+    def runs(self) -> int:
+        """Instance runs (``advance`` tasks: claims) every cluster ever started began."""
+        return sum(cluster.advance_tasks_run() for cluster in self.started)
 
     def groups(self) -> list:
         return [c.group for c in self.running.values()]
@@ -297,6 +305,7 @@ def bench(args: argparse.Namespace) -> list[Target]:
         finally:
             clusters.stop()
             kill_all()
+        fault["runs"] = clusters.runs()
         found = counts(ids)
     return report(args, fault, drain, found)
 
@@ -316,6 +325,15 @@ def report(args, fault: dict, drain: float, found: dict) -> list[Target]:
             f"{len(taken)} of {held}" + (f", slowest {slowest:.1f} s" if taken else ""),
             f"all, <= {limit:g} s",
             None if not held else len(taken) == held and slowest <= limit,
+        )
+    )
+    claims = fault["runs"] / args.n
+    targets.append(
+        Target(
+            "advance runs (claims) per instance",
+            f"{claims:.2f} ({fault['runs']:,} for {args.n:,})",
+            "<= 1.2 (one each; runs the faults cut short included)",
+            claims <= 1.2,
         )
     )
     notes = [

@@ -2,15 +2,44 @@
 
     make bench                        # runs this after the ledger benchmark (bench/run.py)
     .venv/bin/python bench/engine_vs_dbos.py [--quick] [--n N] [--recovery-n N] [--timers N]
+        [--workers 1,2,4] [--in-flight 100,1000,10000] [--lengths 5,200] [--growth-steps N]
 
-Measures, in one run: steps/s of 5-step no-op workflows with 1 and 2 worker processes
+Measures, in one run: steps/s of 5-step no-op workflows with 1, 2 and 4 worker processes
 (GovFlow through one real ``manage.py qcluster`` with N workers and its main process
-sweeping, as in production; DBOS through queue workers), commits and SQL statements per
-GovFlow step, the time to settle 1,000 in-flight workflows after a SIGKILL of every worker
-(and where that time goes), and the fire lag of 10,000 GovFlow timers due at one instant.
-Prints the figures side by side and the targets, met or not. Exits 0 whether or not the
-targets are met, non-zero if the benchmark itself fails. Every process group it started
-and a throwaway server it started are stopped at the end, also on error or Ctrl-C.
+sweeping, as in production; DBOS through N queue worker processes), commits and SQL
+statements per GovFlow step, cost growth (GovFlow's steps/s and CPU per step with 100,
+1,000 and 10,000 instances in flight, and in instances of 5 and of 200 steps:
+:mod:`bench.engine.growth`), the time to settle 1,000 in-flight workflows after a SIGKILL
+of every worker (and where that time goes), and the fire lag of 10,000 GovFlow timers due
+at one instant. Prints the figures side by side and the targets, met or not. Exits 0
+whether or not the targets are met, non-zero if the benchmark itself fails. Every process
+group it started and a throwaway server it started are stopped at the end, also on error
+or Ctrl-C.
+
+Targets (issue 12), each measured in this run on this server: steps/s >= 2x DBOS's with
+1, 2 and 4 worker processes; commits per step <= 2 (engine's own, writing, all); recovery
+<= 0.5x DBOS's time; takeover after a pause <= lease TTL + 2 s; advance runs (claims) per
+instance <= 1.2x the runs it needs (one per ``GOVFLOW_MAX_STEPS_PER_RUN`` steps), in every
+throughput, growth and pause run; timer fire lag p99 <= 2 s; and cost growth:
+
+- steps/s with 10,000 in flight >= 0.8x steps/s with 100, and client CPU per step <= 1.25x.
+  A hundred times the rows may cost an index level and some cache, not more: a step whose
+  cost grows with the backlog (a claim or sweep that scans it) loses far more than 20%.
+  The smallest backlog runs with the most tail (workers idle at the end of each wave), so
+  the ratio leans, if anything, in the large backlog's favour.
+- steps/s in 200-step instances >= 0.9x steps/s in 5-step ones, and client CPU per step
+  <= 1.1x. A long instance shares its per-instance costs (start, timer, end, claim) over
+  more steps, so flat per-step cost gives a ratio of 1 or more; 10% is the run-to-run
+  spread of one run on a quiet machine. A per-step cost that grows with the chain (a
+  whole-chain read or verification per step) is quadratic in the length and shows as a
+  ratio far below it.
+
+Duration on a quiet 2-core machine: about 20 minutes in full (the growth runs' 67,000
+steps are a third of it, most of them the 10,000 in flight), about 4 minutes with
+``--quick`` (60 workflows per throughput run; growth with 100 and 1,000 in flight and 5-
+and 50-step instances of 1,000 steps each: about 1.5 minutes of it). Under load, longer:
+the figures then measure the load as much as the engine; the CPU-per-step and per-step
+counters suffer least from it.
 
 DBOS is installed only into ``bench/.venv-dbos`` (created on first use). The server is
 chosen by :func:`bench.pgserver.postgres_server`: ``make bench``'s, ``DATABASE_URL``
@@ -35,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 # The driver logs warnings only; the clusters it starts log at INFO to their own files.
 os.environ["GOVFLOW_LOG_LEVEL"] = "WARNING"
 
-from bench.engine import dbos_side, procs, report, scenarios  # noqa: E402
+from bench.engine import dbos_side, growth, procs, report, scenarios  # noqa: E402
 from bench.engine import govflow_side as gf  # noqa: E402
 from bench.pgserver import BenchSetupError, postgres_server  # noqa: E402
 from bench.report import save_targets  # noqa: E402
@@ -43,10 +72,29 @@ from bench.report import save_targets  # noqa: E402
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run (about 2.5 minutes)")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about 4 minutes)")
     parser.add_argument("--n", type=int, help="workflows per throughput run (default 500)")
     parser.add_argument("--recovery-n", type=int, help="workflows in flight (default 1000)")
     parser.add_argument("--timers", type=int, help="timers due at once (default 10000)")
+    parser.add_argument(
+        "--workers", default="1,2,4", help="worker processes per throughput run (default 1,2,4)"
+    )
+    parser.add_argument(
+        "--in-flight",
+        metavar="N,N,…",
+        help="instances in flight per growth run (default 100,1000,10000; quick 100,1000)",
+    )
+    parser.add_argument(
+        "--lengths",
+        metavar="N,N,…",
+        help="steps per instance of the length runs (default 5,200; quick 5,50)",
+    )
+    parser.add_argument(
+        "--growth-steps",
+        type=int,
+        metavar="N",
+        help="steps per length run, and at least per in-flight run (default 4000; quick 1000)",
+    )
     parser.add_argument("--kill-at", type=float, default=0.2, help="fraction of steps done")
     parser.add_argument("--lease-ttl", default="5", help="GOVFLOW_LEASE_TTL for recovery (s)")
     parser.add_argument(
@@ -68,6 +116,10 @@ def config(args: argparse.Namespace, log_dir: Path) -> scenarios.Config:
     quick = args.quick
     return scenarios.Config(
         throughput_n=args.n or (60 if quick else 500),
+        throughput_workers=tuple(int(w) for w in args.workers.split(",") if w.strip()),
+        growth=growth.plan(
+            quick=quick, in_flight=args.in_flight, lengths=args.lengths, steps=args.growth_steps
+        ),
         warmup_per_worker=5 if quick else 20,
         recovery_n=args.recovery_n or (200 if quick else 1000),
         kill_fraction=args.kill_at,
@@ -130,14 +182,15 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         "processes run the advance tasks, its main process runs the sweeper thread under the "
         "govflow:sweeper lease (timers, orphans; the scheduled fallback sweep task finds it "
         "alive and returns at once); pusher, monitor and sentinel as django-q2 has them",
-        "  N = 1 and 2 for throughput, 2 for recovery and timers; a cluster counts as ready "
+        f"  N = {', '.join(map(str, cfg.throughput_workers))} for throughput, 2 for growth, "
+        "recovery and timers; a cluster counts as ready "
         "once its main process holds the sweeper lease",
         "  engine settings: " + ", ".join(f"{k}={v:g}" for k, v in engine.items()),
         f"  recovery run only: {', '.join(f'{k}={v}' for k, v in cfg.recovery_overrides.items())}",
         f"  instances started with instance_start from {cfg.govflow_enqueue_threads} threads",
         f"DBOS Transact {dbos_version} (bench/.venv-dbos, Python {dbos_side.python_version()}): "
         "@DBOS.workflow of 5 @DBOS.step no-ops",
-        f"  {cfg.dbos.describe()}",
+        f"  {cfg.dbos.describe()}; N worker processes for N GovFlow workers",
     ]
     return lines
 
@@ -155,13 +208,14 @@ def run(args: argparse.Namespace) -> dict:
             gf.setup_django(server, "gf_template", log_dir)
             results["environment"] = {"lines": environment(server, cfg, dbos_version)}
             results["govflow_tput"], results["dbos_tput"] = [], []
-            for workers in (1, 2):
+            for workers in cfg.throughput_workers:
                 say(f"GovFlow throughput, {workers} worker process(es)")
                 results["govflow_tput"].append(
                     scenarios.govflow_throughput(server, cfg, workers, detail=workers == 1)
                 )
                 say(f"DBOS throughput, {workers} worker process(es)")
                 results["dbos_tput"].append(scenarios.dbos_throughput(server, cfg, workers))
+            results["govflow_growth"] = growth.run(server, cfg, cfg.growth, say)
             say(f"GovFlow recovery of {cfg.recovery_n} workflows")
             results["govflow_recovery"] = scenarios.govflow_recovery(server, cfg)
             say(f"DBOS recovery of {cfg.recovery_n} workflows")

@@ -9,7 +9,9 @@
    lifecycles/s, statements and commits per lifecycle.
 2. ``bench/engine_vs_dbos.py``: GovFlow's engine (real ``manage.py qcluster`` workers)
    against DBOS Transact (installed only into ``bench/.venv-dbos``, created on first use):
-   steps/s, commits per step, recovery after SIGKILL, timer fire lag.
+   steps/s with 1, 2 and 4 worker processes, commits per step, cost growth (steps/s and
+   CPU per step with 100 to 10,000 instances in flight and 5- to 200-step instances),
+   recovery after SIGKILL, timer fire lag.
 3. ``bench/tasks.py``: fetch-and-lock of external tasks by 8 concurrent workers: claims/s
    through the service, duplicate claims, redelivery after expiry; API requests/s beside.
 4. ``bench/desk.py``: the operator's desk with 10,000 instances (1,000 blocked): page
@@ -75,7 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Every benchmark in one run, on one durable PostgreSQL server.",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a short run of each benchmark (3-4 minutes)"
+        "--quick", action="store_true", help="a short run of each benchmark (5-6 minutes)"
     )
     parser.add_argument(
         "--only", choices=[p.name for p in PARTS], help="run one benchmark only (default: all)"

@@ -46,6 +46,28 @@ def five_noops_document() -> dict:
     }
 
 
+def gated_document(steps: int) -> dict:
+    """``steps`` no-op steps behind a timer: instances wait (parked on the timer, see
+    :func:`govflow_db.create_waiting_timers`) until the driver makes their timers due."""
+    actions = [f"s{i}" for i in range(1, steps + 1)]
+    chain = ["start", "wait", *actions, "end"]
+    return {
+        "key": f"bench.gated_{steps}",
+        "version": 1,
+        "title": f"{steps} no-op steps behind a timer",
+        "nodes": [
+            {"id": "start", "type": "start", "title": "Start"},
+            {"id": "wait", "type": "timer", "title": "Wait", "at": "2099-01-01T00:00:00+00:00"},
+            *(
+                {"id": s, "type": "action", "title": s, "action": "bench.noop", "input": {}}
+                for s in actions
+            ),
+            {"id": "end", "type": "end", "title": "End"},
+        ],
+        "transitions": [{"from": a, "to": b} for a, b in itertools.pairwise(chain)],
+    }
+
+
 def timer_document() -> dict:
     return {
         "key": TIMER_DEFINITION,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import growth
+
 TARGET_SPEEDUP = 2.0
 TARGET_COMMITS = 2.0
 TARGET_RECOVERY = 0.5
@@ -155,6 +157,10 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
             out(f"    {per_step:5.2f}  {text[:110]}")
     out("")
 
+    if r.get("govflow_growth"):
+        growth.print_report(r["govflow_growth"], out)
+        out("")
+
     g, d = r["govflow_recovery"], r["dbos_recovery"]
     out(
         f"Recovery: {g['instances']} workflows started, SIGKILL of every worker process group "
@@ -275,8 +281,10 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
         out("")
 
     out("Targets")
-    for figure, value, target, ok in evaluate(r):
-        out(f"  {figure:<44} {value:<34} {target:<24} {_met(ok)}")
+    targets = evaluate(r)
+    width = max(len(figure) for figure, *_ in targets)
+    for figure, value, target, ok in targets:
+        out(f"  {figure:<{width}} {value:<34} {target:<24} {_met(ok)}")
     out("")
     out(f"Total benchmark time {r['elapsed']:.0f} s; logs in {r['log_dir']}")
 
@@ -347,15 +355,23 @@ def evaluate(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 took is not None and took <= limit,
             )
         )
-    runs = [gfr["runs_per_instance"] for gfr in r["govflow_tput"]]
+    if r.get("govflow_growth"):
+        targets += growth.evaluate(r["govflow_growth"])
+    runs = [
+        (f"throughput, {gfr['workers']} worker(s)", gfr["runs_per_instance"])
+        for gfr in r["govflow_tput"]
+    ]
     if pause:
-        runs.append(pause["runs_per_instance"])
+        runs.append(("pause", pause["runs_per_instance"]))
+    if r.get("govflow_growth"):
+        runs += growth.claims_over_needed(r["govflow_growth"])
+    run, worst = max(runs, key=lambda pair: pair[1])
     targets.append(
         (
-            "tasks/claims per instance run",
-            f"{max(runs):.2f} (worst run)",
+            "tasks/claims per instance, over its runs",
+            f"{worst:.2f} (worst: {run})",
             "<= 1.2",
-            max(runs) <= 1.2,
+            worst <= 1.2,
         )
     )
     p99 = r["govflow_timers"]["lag"]["p99"]

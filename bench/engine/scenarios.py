@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.pgserver import Server
 
@@ -40,6 +41,9 @@ class Config:
     log_dir: Path = Path(".")
     profile: int = 0
     """Instances to run in-process under cProfile after the 1-worker run (0: none)."""
+    throughput_workers: tuple[int, ...] = (1, 2, 4)
+    growth: Any = None
+    """The cost-growth runs (:class:`bench.engine.growth.Plan`)."""
 
 
 def _cpu_per_step(before: dict, after: dict, steps: int) -> dict[str, float]:

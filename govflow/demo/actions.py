@@ -11,6 +11,7 @@ action                                    recovery mode       effect
 ``demo.refund_fee``                       non_atomic          refund (compensates the fee)
 ========================================  ==================  ===============================
 
+The fee action lives in :mod:`.fees` and its refund in :mod:`.refunds`; ``ALL`` lists all six.
 Providers import :mod:`govflow.engine.provider` only; the registry is :mod:`.store`.
 """
 
@@ -23,7 +24,6 @@ from govflow.engine.provider import (
     ActionContext,
     ActionDefinition,
     Failed,
-    Pending,
     Result,
     Succeeded,
     Unknown,
@@ -31,15 +31,11 @@ from govflow.engine.provider import (
 )
 
 from . import schemas, store
-from .refunds import REFUND_OF_FEE, refund_fee
+from .fees import collect_fee
+from .refunds import refund_fee
 from .schemas import NOTE_KINDS, TEXT, object_schema
 
-POLL_AFTER = 2.0
 _schema = object_schema
-
-
-def _finding(record: Mapping[str, Any] | None, found: str, missing: str) -> str:
-    return found.format(**record) if record else missing
 
 
 # -- demo.register_application (non_atomic) --------------------------------------------
@@ -112,7 +108,7 @@ register_application = ActionDefinition(
             "Search the municipal registry for the applicant's parcel and today's date. An "
             "application registered by this step names the applicant and the parcel shown "
             "in the preview.",
-            automatic=lambda c: _finding(
+            automatic=lambda c: store.finding(
                 store.application_find(c.idempotency_key),
                 "Found {application_id}, registered at {registered_at}, under this step's key.",
                 "No application in the registry carries this step's idempotency key.",
@@ -126,104 +122,6 @@ register_application = ActionDefinition(
     ),
     retry_budget=3,
     retry_backoff=2.0,
-)
-
-
-# -- demo.collect_fee (non_atomic, answers Pending) ------------------------------------
-
-
-def _fee_preview(data: Mapping[str, Any]) -> dict[str, Any]:
-    amount = store.money(data["amount_cents"], data["currency"])
-    return {
-        "summary": (
-            f"Ask {data['payer']} to pay the permit fee of {amount} for application "
-            f"{data['application_id']}; the step waits until the payment is in."
-        ),
-        "system": "payment provider (demo)",
-        "writes": {
-            "table": "payments",
-            "application_id": data["application_id"],
-            "amount_cents": data["amount_cents"],
-            "currency": data["currency"],
-        },
-        "if_repeated": "the existing payment request is reused; the citizen pays once",
-    }
-
-
-def _paid(record: Mapping[str, Any]) -> Succeeded:
-    return Succeeded(
-        {
-            "payment_reference": record["payment_reference"],
-            "amount_cents": record["amount_cents"],
-            "currency": record["currency"],
-            "paid_at": record["paid_at"],
-        }
-    )
-
-
-def _fee_execute(context: ActionContext) -> Result:
-    data = context.input
-    record = store.payment_request(
-        key=context.idempotency_key,
-        application_id=data["application_id"],
-        amount_cents=data["amount_cents"],
-        currency=data["currency"],
-    )
-    if record["status"] == "paid":  # a repeated dispatch after the citizen paid
-        return _paid(record)
-    return Pending(poll_after=POLL_AFTER)
-
-
-def _fee_poll(context: ActionContext) -> Result:
-    record = store.payment_check(context.idempotency_key)
-    if record is None:
-        return Unknown("the payment provider has no request under this idempotency key")
-    return _paid(record) if record["status"] == "paid" else Pending(poll_after=POLL_AFTER)
-
-
-def _fee_reconcile(context: ActionContext) -> Result:
-    # Read-only. An unpaid request is not an unknown outcome: the provider still owns it.
-    record = store.payment_find(context.idempotency_key)
-    if record is None:
-        return Unknown("the payment provider has no request under this idempotency key")
-    return _paid(record) if record["status"] == "paid" else Pending(poll_after=POLL_AFTER)
-
-
-collect_fee = ActionDefinition(
-    name="demo.collect_fee",
-    recovery_mode="non_atomic",
-    title="Collect the permit fee",
-    input_schema=_schema(
-        {
-            "application_id": TEXT,
-            "payer": TEXT,
-            "amount_cents": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
-            "currency": {"enum": ["EUR"]},
-        }
-    ),
-    output_schema=schemas.PAID,
-    preview=_fee_preview,
-    execute=_fee_execute,
-    poll=_fee_poll,
-    reconcile=_fee_reconcile,
-    compensate=REFUND_OF_FEE,
-    checks=(
-        VerificationCheck(
-            "payment-search",
-            "Search the payment provider's dashboard for the application number and the "
-            "amount in the preview; note the payment reference and whether it is paid.",
-            automatic=lambda c: _finding(
-                store.payment_find(c.idempotency_key),
-                "Payment request {payment_reference} is {status} ({polls} status checks).",
-                "No payment request carries this step's idempotency key.",
-            ),
-        ),
-        VerificationCheck(
-            "bank-statement",
-            "If the dashboard is unclear, look for the payment reference on today's bank "
-            "statement of the municipality's fee account.",
-        ),
-    ),
 )
 
 
@@ -340,7 +238,7 @@ restore_parcel_snapshot = ActionDefinition(
             "parcel-history",
             "Open the parcel's history in the municipal registry and check whether its "
             "latest entry is a restoration from the snapshot this step pins.",
-            automatic=lambda c: _finding(
+            automatic=lambda c: store.finding(
                 store.restoration_find(c.idempotency_key),
                 "Parcel {parcel_id} was restored from {backup_ref} at {restored_at}.",
                 "No restoration carries this step's idempotency key.",
@@ -417,7 +315,7 @@ issue_permit = ActionDefinition(
             "permit-register",
             "Search the permit register for the application number; an issued permit has a "
             "number starting with PERMIT- and names the holder in the preview.",
-            automatic=lambda c: _finding(
+            automatic=lambda c: store.finding(
                 store.permit_find(c.idempotency_key),
                 "Permit {permit_number} was issued at {issued_at} under this step's key.",
                 "No permit carries this step's idempotency key.",
