@@ -96,6 +96,7 @@ from .selectors import (
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
+from .services.compensation_polls import compensation_pending, compensation_poll
 from .services.compensations import (
     DispatchRefused,
     compensation_approve,
@@ -271,6 +272,8 @@ __all__ = [
     "checkpoints_of",
     "compensation_approve",
     "compensation_dispatch",
+    "compensation_pending",
+    "compensation_poll",
     "compensation_record",
     "compensation_subjects_due",
     "compensations_of",
