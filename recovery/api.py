@@ -96,6 +96,7 @@ from .selectors import (
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
+from .services.compensation_polls import compensation_pending, compensation_poll
 from .services.compensations import (
     DispatchRefused,
     compensation_approve,
@@ -120,6 +121,7 @@ from .services.incidents import (
     AnchorsReport,
     anchors_load,
     anchors_verify,
+    incident_listen,
     incident_open,
     incident_report,
     incident_reverify,
@@ -271,6 +273,8 @@ __all__ = [
     "checkpoints_of",
     "compensation_approve",
     "compensation_dispatch",
+    "compensation_pending",
+    "compensation_poll",
     "compensation_record",
     "compensation_subjects_due",
     "compensations_of",
@@ -302,6 +306,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_value",
     "idempotency_key",
+    "incident_listen",
     "incident_open",
     "incident_open_sql",
     "incident_report",

@@ -6,6 +6,7 @@ Writes are :mod:`recovery.services.compensations`; import both through ``recover
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Q
 
@@ -41,6 +42,10 @@ class CompensationView:
     idempotency_fp: str
     decision_id: int | None
     bound_revision: int | None
+    polls: int = 0
+    """How many times its provider was polled after answering pending."""
+    not_before: Any = None
+    """While it is pending: when it is next polled (database time)."""
 
     @property
     def approved(self) -> bool:
@@ -89,15 +94,18 @@ def compensation_view(intent: Compensation) -> CompensationView:
         idempotency_fp=operation.idempotency_fp,
         decision_id=intent.decision_id,
         bound_revision=intent.bound_revision,
+        polls=operation.ordinal,
+        not_before=intent.not_before,
     )
 
 
-def compensation_subjects_due(*, subject_type: str, limit: int = 500) -> list[str]:
+def compensation_subjects_due(*, subject_type: str, now, limit: int = 500) -> list[str]:
     """The ids of subjects with a compensation that a run must take up now (reads).
 
-    One dispatched and never answered (its holder died: a run records it unknown), or one
-    prepared that may run (automatic, or with its approval bound), unless the subject's
-    saga stopped at a failed or uncertain compensation (a person's turn). A subject's owner
+    One dispatched and never answered (its holder died: a run records it unknown), one
+    pending whose next poll is due (``now``, the database clock), or one prepared that may
+    run (automatic, or with its approval bound), unless the subject's saga stopped at a
+    failed or uncertain compensation (a person's turn). A subject's owner
     queues them again when no live lease holds them (the engine's sweep).
     """
     mine = Compensation.objects.filter(subject_type=subject_type)
@@ -107,11 +115,11 @@ def compensation_subjects_due(*, subject_type: str, limit: int = 500) -> list[st
             OperationState.FAILED,
             OperationState.OUTCOME_UNKNOWN,
             OperationState.EFFECT_ABSENT,
-            OperationState.PENDING,
         ]
     ).values("subject_id")
     due = mine.filter(
         Q(operation__state=OperationState.DISPATCHED)
+        | Q(operation__state=OperationState.PENDING, not_before__lte=now)
         | Q(operation__state=OperationState.PREPARED)
         & (Q(approval=CompensationApproval.AUTOMATIC) | Q(decision__isnull=False))
     ).exclude(subject_id__in=halted)

@@ -49,6 +49,11 @@ class Compensation(models.Model):
     bound_input_fp = models.CharField(max_length=64, blank=True, default="")
     bound_tenant = models.CharField(max_length=100, blank=True, default="")
     recorded_at = models.DateTimeField()
+    not_before = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While its provider answers pending: when it is next polled (database time).",
+    )
 
     class Meta:
         db_table = "recovery_compensation"

@@ -35,6 +35,7 @@ class Compensation(serializers.Serializer):
         choices=[
             "prepared",
             "dispatched",
+            "pending",
             "succeeded",
             "failed",
             "outcome_unknown",

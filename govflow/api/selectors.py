@@ -15,6 +15,7 @@ from django.db.models import OuterRef, Q, QuerySet
 from govflow.engine.contracts import contracts_of, pinned_fingerprint
 from govflow.engine.definitions import parse_definition
 from govflow.engine.linked import resolve_action
+from govflow.engine.linked_models import LinkedRun
 from govflow.engine.models import (
     Definition,
     ExternalTask,
@@ -98,6 +99,11 @@ def instance_get(tenant: str | None, instance_id: int) -> Instance | None:
 
 def instance_steps(instance: Instance) -> list[Token]:
     return list(instance.tokens.order_by("ordinal"))
+
+
+def instance_linked_runs(instance: Instance) -> list[LinkedRun]:
+    """The runs its linked_run steps started, in the order they started (reads)."""
+    return list(LinkedRun.objects.filter(instance=instance).order_by("started_at", "pk"))
 
 
 def instance_nodes(instance: Instance) -> dict[str, Any]:

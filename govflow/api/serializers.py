@@ -10,6 +10,7 @@ import re
 
 from rest_framework import serializers
 
+from govflow.engine.linked_models import LinkedState
 from govflow.engine.models import InstanceStatus, TokenState
 
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9._~-]{1,99}$")
@@ -182,9 +183,39 @@ class InstanceSummary(serializers.Serializer):
     completed_at = serializers.DateTimeField(allow_null=True)
 
 
+class LinkedRunDescriptor(serializers.Serializer):
+    """A run another module carries out for a linked_run step, as GovFlow last saw it."""
+
+    node = serializers.CharField(help_text="The linked_run node's id in the definition.")
+    start_step = serializers.IntegerField(help_text="The step that started the run.")
+    watch_step = serializers.IntegerField(help_text="The step that watches it.")
+    module = serializers.CharField(help_text="The run provider (module) carrying it out.")
+    run_reference = serializers.CharField(help_text="The run's reference in that module.")
+    state = serializers.ChoiceField(
+        choices=LinkedState.choices,
+        help_text="What its last descriptor said; contradicted: a descriptor differed from "
+        "the first conclusive one (an integrity incident).",
+    )
+    conclusive = serializers.BooleanField(
+        help_text="A conclusive descriptor (succeeded or failed) is recorded; later looks "
+        "are compared with it."
+    )
+    outputs = serializers.DictField(
+        allow_null=True, help_text="The run's outputs, once it succeeded; else null."
+    )
+    reason_code = serializers.CharField(allow_blank=True, help_text="Why it failed, if it did.")
+    looks = serializers.IntegerField(help_text="How many times GovFlow looked at it.")
+    last_looked_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField()
+    cancel_requested_at = serializers.DateTimeField(allow_null=True)
+
+
 class InstanceDetail(InstanceSummary):
     variables = serializers.DictField()
     steps = Step(many=True)
+    linked_runs = LinkedRunDescriptor(
+        many=True, help_text="The runs its linked_run steps started in other modules."
+    )
 
 
 class HandoffDecision(serializers.Serializer):

@@ -20,13 +20,17 @@ from typing import Any
 from govflow.events.record import EventType, event_record
 
 from .models import Incident, Instance, Token
-from .states import InstanceStatus, TokenState
+from .projection import SUBJECT_TYPE
+from .states import InstanceStatus, TokenState, WaitKind
 
 __all__ = [
     "compensation_recorded",
     "incident_opened",
     "incident_resolved",
     "instance_started",
+    "integrity_incident_opened",
+    "integrity_incident_resolved",
+    "moves_a_handoff",
     "status_changed",
     "token_moved",
 ]
@@ -88,21 +92,50 @@ def status_changed(run, before: str) -> None:
         _emit(run.instance, EventType.STEP_UNBLOCKED, **common)
 
 
-def token_moved(run, token: Token, expected: str, target: str) -> None:
-    """A handoff opened (a step's outcome became unknown) or decided (it left that state:
-    confirmed, absent, cancelled, or settled by its provider). Needs the caller's commit."""
-    unknown = TokenState.OUTCOME_UNKNOWN
-    if target == expected or unknown not in (target, expected):
-        return
-    type = EventType.HANDOFF_OPENED if target == unknown else EventType.HANDOFF_DECIDED
-    _emit(
-        run.instance,
-        type,
-        step=token.node_id,
-        token=token.pk,
-        operation=token.operation_key or None,
-        state=str(target),
+def moves_a_handoff(token: Token, expected: str, target: str, wait_kind: Any) -> bool:
+    """Whether a step's move opens or closes a handoff (compares values in hand only)."""
+    if target == expected:
+        return False
+    return (
+        TokenState.OUTCOME_UNKNOWN in (target, expected)
+        or wait_kind == WaitKind.POLL
+        or (expected == TokenState.EXECUTING and token.poll > 0)
     )
+
+
+def token_moved(run, token: Token, expected: str, target: str, wait_kind: Any = None) -> None:
+    """The handoff events of a step's move (needs the caller's commit; before the token
+    takes the new values).
+
+    Two kinds of handoff, as the REST API lists them: ``outcome_unknown`` opens when a
+    step's outcome becomes unknown and is decided when it leaves that state (confirmed,
+    absent, cancelled, or settled by its provider); ``pending_provider`` opens when a
+    provider first answers pending and is decided when a poll's answer ends the waiting
+    (the step completed, failed, or its outcome became unknown: then the unknown outcome's
+    handoff opens right after it). Further polls and a retry's wait are no events.
+    """
+    unknown = TokenState.OUTCOME_UNKNOWN
+    common = {"step": token.node_id, "token": token.pk, "operation": token.operation_key or None}
+    polled = expected == TokenState.EXECUTING and token.poll > 0
+    if wait_kind == WaitKind.POLL and target == TokenState.READY and not polled:
+        _emit(
+            run.instance,
+            EventType.HANDOFF_OPENED,
+            kind="pending_provider",
+            state="pending",
+            **common,
+        )
+    if polled and target in (TokenState.COMPLETED, TokenState.FAILED, unknown):
+        _emit(
+            run.instance,
+            EventType.HANDOFF_DECIDED,
+            kind="pending_provider",
+            state=str(target),
+            **common,
+        )
+    if unknown in (target, expected):
+        type = EventType.HANDOFF_OPENED if target == unknown else EventType.HANDOFF_DECIDED
+        _emit(run.instance, type, kind="outcome_unknown", state=str(target), **common)
 
 
 def incident_opened(instance: Instance, incident: Incident) -> None:
@@ -119,6 +152,38 @@ def incident_opened(instance: Instance, incident: Incident) -> None:
 def incident_resolved(instance: Instance, *, incident: int, kind: str) -> None:
     """``incident.resolved`` (needs the resolution's commit)."""
     _emit(instance, EventType.INCIDENT_RESOLVED, incident=incident, kind=kind)
+
+
+def integrity_incident_opened(incident) -> None:
+    """``incident.opened`` for an integrity incident the recovery core opened on an
+    instance's subject, in the commit that opened it (``recovery.api.incident_listen``;
+    that commit may be the core's own). ``integrity_incident`` is the core's incident id,
+    which the desk's resolution names; ``incident`` is null (no engine incident)."""
+    if incident.subject_type != SUBJECT_TYPE or not str(incident.subject_id).isdecimal():
+        return
+    instance = Instance.objects.filter(pk=int(incident.subject_id)).only("pk", "tenant").first()
+    if instance is None:
+        return
+    _emit(
+        instance,
+        EventType.INCIDENT_OPENED,
+        incident=None,
+        integrity_incident=incident.pk,
+        kind="integrity",
+        step=None,
+    )
+
+
+def integrity_incident_resolved(instance: Instance, *, incident: int) -> None:
+    """``incident.resolved`` for the recovery core's integrity incident (needs the
+    resolution's commit)."""
+    _emit(
+        instance,
+        EventType.INCIDENT_RESOLVED,
+        incident=None,
+        integrity_incident=incident,
+        kind="integrity",
+    )
 
 
 def compensation_recorded(run, *, key: str, original: str, action: str, trigger: str) -> None:

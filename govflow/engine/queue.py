@@ -79,6 +79,19 @@ def instances_mark_runnable(instance_ids: Iterable[int]) -> int:
     return len(ids)
 
 
+def instance_mark_runnable_after(instance_id: int, seconds: float) -> None:
+    """Mark one instance runnable ``seconds`` from now (database clock); needs the caller's
+    commit. Counted like any mark, so the run that made it does not clear it: a pending
+    compensation's next poll (``saga``)."""
+    d = engine_dialect()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET runnable_at = {d.base.plus_seconds}, wakeups = wakeups + 1 "
+            "WHERE id = %s",
+            [d.base.seconds_param(max(0.0, float(seconds))), instance_id],
+        )
+
+
 def runnable_clear(*, instance_id: int, wakeups: int) -> bool:
     """Clear an instance's mark unless it was marked again since ``wakeups`` was read.
 

@@ -73,11 +73,14 @@ class Compensate:
     ``{"value": literal}``. ``approval`` is ``"automatic"`` (it runs as soon as the
     definition's trigger asks) or ``"operator"`` (one person requests it, another
     approves it). The compensating action must be ``non_atomic`` (docs/compensation.md).
+    A compensating action that answers ``Pending`` is polled like any action, at most
+    ``poll_budget`` times; past it the compensation's outcome is unknown (a handoff).
     """
 
     action: str
     input: Mapping[str, Any]
     approval: str = "automatic"
+    poll_budget: int = 20
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,8 @@ def _validate_compensate(action: ActionDefinition, where: str) -> None:
             f"{where}: compensate.approval must be 'automatic' or 'operator', "
             f"not {spec.approval!r}."
         )
+    if not isinstance(spec.poll_budget, int) or not 0 <= spec.poll_budget <= 1000:
+        raise RegistryError(f"{where}: compensate.poll_budget must be an integer from 0 to 1000.")
     if not isinstance(spec.input, Mapping) or not spec.input:
         raise RegistryError(
             f"{where}: compensate.input maps the compensating action's input fields to "

@@ -54,8 +54,17 @@ TIMEOUT = Setting(
     10,
     float,
     "seconds",
-    "how long an attempt waits to connect, and then for the answer (each read); longer "
-    "counts as a failed attempt. Must be under two thirds of `GOVFLOW_PUBLISHER_LEASE_TTL`",
+    "how long one attempt may take in all (connecting, sending, the answer); longer counts "
+    "as a failed attempt and the connection is cut. Must be under two thirds of "
+    "`GOVFLOW_PUBLISHER_LEASE_TTL`",
+)
+CONCURRENCY = Setting(
+    "GOVFLOW_WEBHOOK_CONCURRENCY",
+    4,
+    int,
+    "",
+    "how many subscriptions the publisher delivers to at once (one attempt at a time per "
+    "subscription, so a slow receiver holds up only its own events)",
 )
 LEASE_TTL = Setting(
     "GOVFLOW_PUBLISHER_LEASE_TTL",
@@ -103,6 +112,7 @@ SETTINGS: tuple[Setting, ...] = (
     RETRY_BASE,
     RETRY_MAX,
     TIMEOUT,
+    CONCURRENCY,
     LEASE_TTL,
     TICK,
     ALLOW_HTTP,

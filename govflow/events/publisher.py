@@ -10,9 +10,13 @@ One publisher runs at a time, proven by the ``govflow:publisher`` lease; every
    delivery per matching active subscription (one commit: the events' flag is a fenced
    write), then **deliver** what is due — pending, its next attempt due, and no earlier
    event of its instance pending or dead-lettered for the same subscription (in order per
-   instance). Each attempt is a POST outside any transaction; its outcome is recorded
-   with a write fenced on the lease and conditional on the delivery's state and attempt
-   count. Renew the lease before each attempt once a third of it has passed.
+   instance). Each subscription's due deliveries go as one batch to one of
+   ``GOVFLOW_WEBHOOK_CONCURRENCY`` worker threads (:class:`Deliverer`), one batch out per
+   subscription at a time: a slow receiver holds up only its own events. Each attempt is
+   a POST outside any transaction, bounded in all by ``GOVFLOW_WEBHOOK_TIMEOUT``; its
+   outcome is recorded by the publisher's own thread with a write fenced on the lease and
+   conditional on the delivery's state and attempt count. The lease is renewed every pass
+   (a pass waits at most ``GOVFLOW_PUBLISHER_TICK``).
 3. ``StaleFence``: another publisher took over; this one changes nothing and stands by.
 4. Killed mid-attempt, a publisher recorded nothing of it: the delivery stays pending
    and the next publisher sends it again with the same event id (at least once).
@@ -22,9 +26,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
@@ -42,7 +48,7 @@ from recovery.api import (
     lease_renew,
 )
 
-from .conf import LEASE_TTL, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, TICK, TIMEOUT
+from .conf import CONCURRENCY, LEASE_TTL, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, TICK, TIMEOUT
 from .models import Delivery, DeliveryState, Event, Subscription
 from .sending import Attempt, body_of, headers_of, post
 from .signing import SecretUnavailable, secret_of
@@ -205,24 +211,103 @@ class Publisher:
         return None
 
     def _publish(self, fence: Fence, passes: int | None) -> None:
-        renewed = time.monotonic()
-        while not self.stop.is_set():
-            self.stats["fanned_out"] += events_fan_out(fence=fence)
-            due = deliveries_due()
-            for delivery in due:
-                if self.stop.is_set():
+        with Deliverer(CONCURRENCY.value()) as deliverer:
+            while not self.stop.is_set():
+                self.stats["fanned_out"] += events_fan_out(fence=fence)
+                self._record(fence, deliverer.finished())
+                due = [d for d in deliveries_due() if not deliverer.busy(d.subscription_id)]
+                started = deliverer.start(due)
+                lease_renew(fence=fence, ttl=self.ttl)
+                self.stats["passes"] += 1
+                if passes is not None and self.stats["passes"] >= passes:
+                    self._record(fence, deliverer.drain(self.stop))
                     return
-                if time.monotonic() - renewed > self.ttl / 3:
-                    lease_renew(fence=fence, ttl=self.ttl)
-                    renewed = time.monotonic()
-                result = attempt(delivery)
-                self.stats["attempts"] += 1
-                if attempt_record(fence=fence, delivery=delivery, result=result) and result.ok:
-                    self.stats["delivered"] += 1
-            lease_renew(fence=fence, ttl=self.ttl)
-            renewed = time.monotonic()
-            self.stats["passes"] += 1
-            if passes is not None and self.stats["passes"] >= passes:
+                if not started:
+                    deliverer.wait(self.stop, TICK.value())
+
+    def _record(self, fence: Fence, results: list[tuple[Delivery, Attempt]]) -> None:
+        for delivery, result in results:
+            self.stats["attempts"] += 1
+            if attempt_record(fence=fence, delivery=delivery, result=result) and result.ok:
+                self.stats["delivered"] += 1
+
+
+class Deliverer:
+    """Attempts for several subscriptions at once, one subscription per worker thread.
+
+    A subscription's due deliveries go to one worker as a batch, attempted one after the
+    other; while it has a batch out, its later deliveries wait (``busy``). A batch holds at
+    most one delivery per instance (``deliveries_due`` leaves out any with an earlier one
+    still pending), so order per instance and subscription holds. The workers only send:
+    the publisher records each outcome in its own thread, fenced (``finished``), so the
+    workers touch no database and a slow receiver holds up only its own subscription.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="govflow-webhook")
+        self.out: dict[int, Future] = {}
+        self.results: queue.SimpleQueue[tuple[Delivery, Attempt]] = queue.SimpleQueue()
+
+    def __enter__(self) -> Deliverer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # Attempts still out are not waited for: unrecorded, they are sent again.
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def busy(self, subscription_id: int) -> bool:
+        return subscription_id in self.out
+
+    def start(self, due: list[Delivery]) -> int:
+        """Hand each subscription's due deliveries to a free worker; how many batches."""
+        batches: dict[int, list[Delivery]] = {}
+        for delivery in due:
+            batches.setdefault(delivery.subscription_id, []).append(delivery)
+        started = 0
+        for subscription_id, batch in batches.items():
+            if len(self.out) >= self.workers:
+                break
+            self.out[subscription_id] = self.pool.submit(self._send, batch)
+            started += 1
+        return started
+
+    def _send(self, batch: list[Delivery]) -> None:
+        for delivery in batch:
+            self.results.put((delivery, attempt(delivery)))
+
+    def finished(self) -> list[tuple[Delivery, Attempt]]:
+        """The outcomes sent since the last call; frees the subscriptions whose batch is
+        done (its outcomes are among them: each is queued before its batch ends)."""
+        done = [s for s, future in self.out.items() if future.done()]
+        results = []
+        while True:
+            try:
+                results.append(self.results.get_nowait())
+            except queue.Empty:
+                break
+        for subscription_id in done:
+            self.out.pop(subscription_id).result()  # a bug in a worker is not swallowed
+        return results
+
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        """Until an attempt finishes, ``stop`` is set, or ``seconds`` pass."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and time.monotonic() < deadline:
+            if (
+                self.out
+                and wait(list(self.out.values()), timeout=0.02, return_when=FIRST_COMPLETED)[0]
+            ):
                 return
-            if not due:
-                self.stop.wait(TICK.value())
+            if not self.results.empty():
+                return
+            if not self.out:
+                stop.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def drain(self, stop: threading.Event) -> list[tuple[Delivery, Attempt]]:
+        """Every outcome of the attempts out now (for a bounded run: ``passes``)."""
+        while self.out and not stop.is_set():
+            wait(list(self.out.values()), timeout=0.1)
+            if all(f.done() for f in self.out.values()):
+                break
+        return self.finished()

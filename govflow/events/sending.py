@@ -6,8 +6,11 @@ Outside any transaction. What the receiver answered is summed up in a few words
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -56,11 +59,20 @@ def headers_of(event: Event, body: bytes, secret: str, attempt: int) -> dict[str
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> Attempt:
-    """POST ``body`` to ``url``; a 2xx answer is a delivery, anything else is not."""
+    """POST ``body`` to ``url``; a 2xx answer is a delivery, anything else is not.
+
+    ``timeout`` bounds the whole attempt, not each socket operation: a receiver that
+    trickles its answer a byte at a time is cut off when it runs out (a timer shuts the
+    socket down, which ends a blocked read at once).
+    """
     parts = urlsplit(url)
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     connection = kind(parts.hostname, parts.port, timeout=timeout)
+    cut = threading.Event()
+    timer = threading.Timer(timeout, _cut_off, args=(connection, cut))
+    timer.daemon = True
+    timer.start()
     try:
         connection.request("POST", target, body=body, headers=headers)
         response = connection.getresponse()
@@ -70,8 +82,20 @@ def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> A
     except ConnectionRefusedError:
         return Attempt(False, "connection refused")
     except (OSError, http.client.HTTPException) as exc:
+        if cut.is_set():
+            return Attempt(False, f"timed out after {timeout:g} s")
         return Attempt(False, f"connection failed ({type(exc).__name__})")
     finally:
+        timer.cancel()
         connection.close()
     status = response.status
     return Attempt(200 <= status < 300, f"HTTP {status}")
+
+
+def _cut_off(connection: http.client.HTTPConnection, cut: threading.Event) -> None:
+    """The attempt's time ran out: end whatever socket operation it is blocked in."""
+    cut.set()
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)

@@ -12,6 +12,7 @@ rewritten since, fails like a broken one. The subjects ``recovery.ledger:waterma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "AnchorsReport",
     "anchors_load",
     "anchors_verify",
+    "incident_listen",
     "incident_open",
     "incident_report",
     "incident_reverify",
@@ -62,21 +64,37 @@ def plain_text(
     return text
 
 
+_LISTENERS: list[Callable[[IntegrityIncident], None]] = []
+
+
+def incident_listen(listener: Callable[[IntegrityIncident], None]) -> None:
+    """Call ``listener`` with every incident opened from now on, inside the commit that
+    opens it (so what it writes commits or rolls back with the incident). Register it
+    once, from an ``AppConfig.ready()``; it must ignore subjects that are not its own.
+    The core stays ignorant of who listens (an owner's event outbox, say)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+
+
 def _open(subject: Subject, position: int | None, reason: str) -> IntegrityIncident:
-    try:
-        with transaction.atomic():
-            return IntegrityIncident.objects.create(
-                subject_type=subject.type,
-                subject_id=subject.id,
-                position=position,
-                reason=reason,
-                detected_at=Now(),
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                incident = IntegrityIncident.objects.create(
+                    subject_type=subject.type,
+                    subject_id=subject.id,
+                    position=position,
+                    reason=reason,
+                    detected_at=Now(),
+                )
+        except IntegrityError:
+            # One open incident per subject (a partial unique constraint): keep the first.
+            return IntegrityIncident.objects.get(
+                subject_type=subject.type, subject_id=subject.id, status=OPEN
             )
-    except IntegrityError:
-        # One open incident per subject (a partial unique constraint): keep the first.
-        return IntegrityIncident.objects.get(
-            subject_type=subject.type, subject_id=subject.id, status=OPEN
-        )
+        for listener in _LISTENERS:
+            listener(incident)
+        return incident
 
 
 def incident_open(*, verification: Verification) -> IntegrityIncident:

@@ -37,6 +37,7 @@ FLOORS = [
     ("govflow.engine.services.reconcile", "the reconciliation ladder: the provider asked"),
     ("govflow.engine.services.linked", "a linked run's watch: one look at its descriptor"),
     ("govflow.engine.services.steps", "one step, returning the next move"),
+    ("govflow.engine.services.saga_polls", "a pending compensation's next poll"),
     ("govflow.engine.services.saga", "compensations: planned once, run in reverse"),
     ("govflow.engine.services.runtime", "the loop and the protocol"),
 ]

@@ -36,6 +36,8 @@ TAG = ["Compensations"]
 WORDS = {
     OperationState.PREPARED: "to run: a worker runs it when the compensations before it are done",
     OperationState.DISPATCHED: "running now",
+    OperationState.PENDING: "pending: its provider is working on it; GovFlow polls it again "
+    "(past its poll budget it becomes an unknown outcome for a person)",
     OperationState.SUCCEEDED: "done",
     OperationState.EFFECT_CONFIRMED: "done (confirmed by a decision)",
     OperationState.FAILED: "failed: it did not undo the effect and is never run again; a "

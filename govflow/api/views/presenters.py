@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from govflow.engine.linked_models import LinkedRun, LinkedState
 from govflow.engine.models import Definition, Instance, Token, TokenState, TriggerDelivery
 from recovery.api import OperationState, Verification
 
@@ -85,6 +86,26 @@ def instance_detail(view, instance: Instance) -> dict[str, Any]:
         **instance_summary(view, instance),
         "variables": instance.variables,
         "steps": [step(t, nodes) for t in selectors.instance_steps(instance)],
+        "linked_runs": [linked_run(r) for r in selectors.instance_linked_runs(instance)],
+    }
+
+
+def linked_run(run: LinkedRun) -> dict[str, Any]:
+    """A linked run's descriptor as the API shows it: outputs only once it succeeded."""
+    return {
+        "node": run.node_id,
+        "start_step": run.start_token_id,
+        "watch_step": run.watch_token_id,
+        "module": run.provider,
+        "run_reference": run.run_ref,
+        "state": run.state,
+        "conclusive": bool(run.concluded),
+        "outputs": run.outputs if run.state == LinkedState.SUCCEEDED else None,
+        "reason_code": run.reason_code,
+        "looks": run.polls,
+        "last_looked_at": run.described_at,
+        "started_at": run.started_at,
+        "cancel_requested_at": run.cancel_requested_at,
     }
 
 

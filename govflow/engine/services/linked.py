@@ -22,6 +22,12 @@ ledger operation (a look has no effect) and never decides the run's outcome:
 5. A descriptor that differs from the recorded conclusive one (another state, other
    outputs, another reason code) contradicts it: an integrity incident is opened and the
    instance is blocked (I8); nothing advances.
+6. Once that incident is resolved (two people, on a chain that verifies: the cause was
+   found), the next look sets the recorded conclusion aside — a chained
+   ``linked_run.conclusion_reset`` fact naming the one set aside — and takes the module's
+   answer anew: it moves the workflow only when two looks agree again (ADR 0036). The
+   workflow never moved on the contradicted conclusion (it needed a second look), so
+   nothing that followed depends on it.
 
 Each look's writes are one commit on the run's fence.
 """
@@ -98,10 +104,15 @@ def linked_look(run: Run, token: Token, node) -> Next:
         return None
     descriptor, problem = _describe(run, provider, link.run_ref)
     fp = _fingerprint(descriptor) if descriptor is not None else ""
-    if descriptor is not None and link.concluded and fp != link.concluded:
+    # A run is refused while an integrity incident is open: a contradicted link seen here
+    # had its incident resolved, and its recorded conclusion is set aside (step 6).
+    reset = link.state == LinkedState.CONTRADICTED
+    if not reset and descriptor is not None and link.concluded and fp != link.concluded:
         _contradicted(run, token, link, descriptor)
         return None
     with run.commit():
+        if reset:
+            _conclusion_reset(run, link)
         if descriptor is None:
             _look_later(run, token, link, provider, problem, state=None)
         elif descriptor.conclusive and link.concluded:
@@ -253,6 +264,17 @@ def _contradicted(run: Run, token: Token, link: LinkedRun, descriptor: RunDescri
     with run.commit():
         _link_update(run, link, state=LinkedState.CONTRADICTED, note=reason[:2000])
     block(run, token, "integrity", incident_message(incident.pk, reason))
+
+
+def _conclusion_reset(run: Run, link: LinkedRun) -> None:
+    """Set a contradicted run's recorded conclusion aside after its incident was resolved
+    (needs the caller's commit): chained, so the one set aside stays on record."""
+    fact_append(
+        subject=run.subject,
+        kind="linked_run.conclusion_reset",
+        fact={"step": link.node_id, "set_aside_fp": link.concluded, "look": link.polls},
+    )
+    _link_update(run, link, state=LinkedState.STARTED, concluded="", outputs=None, reason_code="")
 
 
 # -- cancel ------------------------------------------------------------------------------

@@ -41,9 +41,9 @@ from recovery.api import (
 from ..conf import lease_ttl
 from ..db import clock, engine_commit
 from ..definitions import Spec
-from ..emit import incident_opened, status_changed, token_moved
+from ..emit import incident_opened, moves_a_handoff, status_changed, token_moved
 from ..errors import EngineConflict, EngineError
-from ..models import Incident, Instance, Token, TokenState
+from ..models import Incident, Instance, Token
 from ..projection import SUBJECT_TYPE, projection_of
 from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE, token_may_move
 from .definitions import instance_pinned
@@ -268,8 +268,9 @@ class Run:
         if count != 1:
             raise _moved_meanwhile(token, expected)
         target = values.get("state", expected)
-        if target != expected and TokenState.OUTCOME_UNKNOWN in (target, expected):
-            token_moved(self, token, expected, target)  # a handoff opened or decided
+        wait_kind = values.get("wait_kind")
+        if moves_a_handoff(token, expected, target, wait_kind):
+            token_moved(self, token, expected, target, wait_kind)  # a handoff opened or decided
         for name, value in values.items():
             if name != "updated_at":
                 setattr(token, name, value)
@@ -284,8 +285,9 @@ class Run:
         _check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         target = values.get("state", expected)
-        if target != expected and TokenState.OUTCOME_UNKNOWN in (target, expected):
-            token_moved(self, token, expected, target)  # rolled back with a refused call
+        wait_kind = values.get("wait_kind")
+        if moves_a_handoff(token, expected, target, wait_kind):
+            token_moved(self, token, expected, target, wait_kind)  # rolled back if refused
         for name, value in values.items():
             if name != "updated_at":
                 setattr(token, name, value)

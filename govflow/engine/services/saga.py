@@ -16,9 +16,15 @@ The protocol, at its one home (docs/compensation.md):
    to the intent's; then its ``cmp-`` operation crosses the dispatch boundary in a commit
    of its own, on the run's fence, only while its approval's binding holds
    (``compensation_dispatch``); then the provider is called outside any transaction; then
-   its answer is recorded. No conclusive answer, an exception or a crash after the
-   dispatch leaves it ``outcome_unknown``: never called again, never guessed.
-4. After a crash before the dispatch the same intent is used: same key, same input.
+   its answer is recorded. An ``Unknown`` or invalid answer, an exception or a crash
+   after the dispatch leaves it ``outcome_unknown``: never called again, never guessed.
+4. **Pending is polled.** A ``Pending`` answer is recorded ``pending`` with the time of
+   the next poll, and the instance is marked runnable for then (one commit); the run
+   then stops there. Each poll is a new ``cmp-`` operation with the same idempotency
+   key (``compensation_poll``), dispatched in its own commit before the provider's
+   ``poll`` is called; the delay doubles per poll, and past ``Compensate.poll_budget``
+   polls a ``Pending`` answer is an unknown outcome (``saga_polls``).
+5. After a crash before the dispatch the same intent is used: same key, same input.
 
 The instance has ended when its saga runs (cancelled or failed): these commits change no
 variable and no step, only the ledger, under the instance's lease.
@@ -40,6 +46,7 @@ from recovery.api import (
     IntegrityViolation,
     OperationState,
     compensation_dispatch,
+    compensation_poll,
     compensation_record,
     compensations_of,
     fact_append,
@@ -61,6 +68,8 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext, Failed, Succeeded
 from ..variables import MissingVariable
 from .run import Run
+from .saga_polls import poll_due_or_marked, poll_later
+from .settle import result_admitted
 
 __all__ = [
     "DONE",
@@ -267,6 +276,12 @@ def _run_in_reverse(run: Run) -> int:
             with engine_commit():
                 operation_observe(key=view.key, state=S.OUTCOME_UNKNOWN, fence=run.fence)
             return called
+        if view.state == S.PENDING:
+            # Its provider is working on it: polled when due (its mark brings it back).
+            if not poll_due_or_marked(run, view) or not _poll_and_call(run, view):
+                return called
+            called += 1
+            continue
         if view.state != S.PREPARED or view.awaiting_approval:
             return called  # failed, unknown, or waiting for a person: a handoff
         if not _dispatch_and_call(run, view):
@@ -298,36 +313,60 @@ def _dispatch_and_call(run: Run, view: CompensationView) -> bool:
     if isinstance(outcome, DispatchRefused):
         log.warning("instance %s: %s", run.instance.pk, outcome.message)
         return False
-    context = ActionContext(
+    context = _context(run, original, target, input_value, view.step_id, poll=0)
+    return _settle(run, view.key, _call(run, target, context), original, polls=0)
+
+
+def _poll_and_call(run: Run, view: CompensationView) -> bool:
+    """Poll one pending compensation: its next operation dispatched (own commit), its
+    provider's ``poll`` asked, its answer recorded; False when the saga stops here."""
+    original = next(op for op in operations_of(run.subject).filter(key=view.original_key))
+    try:
+        target, _spec, input_value, _preview = _built(run, original)
+    except _NotPlanned as exc:  # nothing is asked: it stays pending, visibly
+        log.warning("compensation %s cannot be rebuilt to poll it: %s", view.key, exc)
+        return False
+    with engine_commit():
+        polled = compensation_poll(key=view.key, fence=run.fence)
+    context = _context(run, original, target, input_value, view.step_id, poll=view.polls + 1)
+    return _settle(run, polled.key, _call(run, target, context), original, polls=view.polls + 1)
+
+
+def _context(run: Run, original, target, input_value, step_id: str, *, poll: int):
+    input_fp = fingerprint_value(FingerprintKind.INPUT, input_value)
+    return ActionContext(
         action=target.name,
         input=input_value,
         idempotency_key=_keys(run, original, target, input_fp),
         tenant=run.instance.tenant,
         access=_access(run),
         instance_id=run.instance.pk,
-        step_id=view.step_id,
+        step_id=step_id,
         attempt=0,
-        poll=0,
+        poll=poll,
+        phase="poll" if poll else "execute",
     )
-    return _settle(run, view.key, _call(run, target, context))
 
 
 def _call(run: Run, target: ActionDefinition, context: ActionContext):
+    fn = target.poll if context.phase == "poll" and target.poll else target.execute
     try:
         with run.kept_alive():
-            return target.execute(context)
+            return result_admitted(fn(context), target)
     except Exception as exc:  # the effect may have happened: never guess
         log.warning("compensation %s raised after dispatch: %s", target.name, type(exc).__name__)
         return None
 
 
-def _settle(run: Run, key: str, result) -> bool:
+def _settle(run: Run, key: str, result, original, *, polls: int) -> bool:
     """Record a compensation's answer (own commit): only a success lets the saga go on."""
     if isinstance(result, Succeeded):
         state, value = S.SUCCEEDED, dict(result.output)
     elif isinstance(result, Failed):
         state, value = S.FAILED, {"reason": result.reason}
-    else:  # Pending, Unknown, an invalid answer or an exception: nobody knows
+    elif poll_later(run, key, result, _compensating(original)[1], polls=polls):
+        return False  # pending: recorded with its next poll's time
+    else:  # Unknown, an invalid answer, an exception, or pending past its budget
         state, value = S.OUTCOME_UNKNOWN, None
     with engine_commit():
         operation_observe(key=key, state=state, fence=run.fence, result=value)

@@ -24,7 +24,7 @@ __all__ = ["saga_requeue_candidates"]
 def saga_requeue_candidates(*, now, limit: int) -> list[int]:
     """Ended instances with compensation work, no live lease and no runnable mark
     (reads; the caller's read transaction): the sweep marks them (ADR 0026)."""
-    subjects = compensation_subjects_due(subject_type=SUBJECT_TYPE, limit=limit)
+    subjects = compensation_subjects_due(subject_type=SUBJECT_TYPE, now=now, limit=limit)
     if not subjects:
         return []
     lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))

@@ -14,7 +14,7 @@ import dataclasses
 from django.db import transaction
 from django.db.models.functions import Now
 
-from govflow.engine.emit import incident_resolved
+from govflow.engine.emit import incident_resolved, integrity_incident_resolved
 from govflow.engine.models import Incident, Instance
 from govflow.engine.projection import SUBJECT_TYPE
 from govflow.engine.queue import instance_mark_runnable
@@ -46,18 +46,18 @@ def integrity_incident_resolve_approve(*, incident_id: int, actor) -> Resolution
         instance_id = instance_of_subject(Subject(incident.subject_type, incident.subject_id))
         if not outcome.resolved or instance_id is None:
             return outcome
-        if (
-            not Instance.objects.filter(pk=instance_id)
-            .exclude(status__in=TERMINAL_STATUSES)
-            .exists()
-        ):
+        instance = Instance.objects.filter(pk=instance_id).first()
+        if instance is None:
+            return outcome
+        # Announced in the resolution's commit, whether or not the instance goes on.
+        integrity_incident_resolved(instance, incident=incident.pk)
+        if instance.status in TERMINAL_STATUSES:
             return outcome
         closed = list(
             Incident.objects.filter(
                 instance_id=instance_id, kind="integrity", resolved_at__isnull=True
             ).values_list("pk", flat=True)
         )
-        instance = Instance.objects.get(pk=instance_id)
         for pk in closed:
             incident_resolved(instance, incident=pk, kind="integrity")
         Incident.objects.filter(pk__in=closed, resolved_at__isnull=True).update(
