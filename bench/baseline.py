@@ -21,7 +21,7 @@ from recovery import chain
 from recovery.api import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value
 from recovery.api import operation_key as derive_key
 from recovery.keys import chain_keys
-from recovery.services.operations import _BLOCKING as BLOCKING
+from recovery.services.dispatch_write import _BLOCKING as BLOCKING
 from recovery.subjects import LEDGER_WATERMARK as LEDGER_WIDE
 
 # What each captured statement must start with, in order (two transactions).
