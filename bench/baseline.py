@@ -21,19 +21,21 @@ from recovery import chain
 from recovery.api import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value
 from recovery.api import operation_key as derive_key
 from recovery.keys import chain_keys
-from recovery.services.operations import _BLOCKING as BLOCKING
+from recovery.services._ledger import ROW
+from recovery.services.dispatch_write import _BLOCKING as BLOCKING
+from recovery.services.step_call import _CHECKPOINT_READ
 from recovery.subjects import LEDGER_WATERMARK as LEDGER_WIDE
 
 # What each captured statement must start with, in order (two transactions).
+# On PostgreSQL the dispatch write's two inserts are one statement, and a success's reads
+# one (ADR 0035).
 SHAPE = (
     (
         "SELECT seq, link FROM recovery_checkpoint",
-        "INSERT INTO recovery_operation",
-        "INSERT INTO recovery_checkpoint",
+        "WITH op AS (INSERT INTO recovery_operation",
     ),
     (
-        "SELECT o.key",
-        "SELECT seq, kind, fact",
+        "SELECT 0 AS part",
         "UPDATE recovery_operation",
         "INSERT INTO recovery_checkpoint",
     ),
@@ -158,9 +160,9 @@ def lifecycle_runner(
     conn: psycopg.Connection, sql: list[str], log: list | None = None
 ) -> Callable[[Prepared], None]:
     """Return a function that runs one lifecycle with the captured statements."""
-    head_sql, insert_op, insert_cp, load_op, load_cps, update_op, _ = sql
-    columns = load_op[len("SELECT ") : load_op.index(" FROM ")].split(", ")
-    at = {name.removeprefix("o."): i for i, name in enumerate(columns)}
+    head_sql, insert_both, load_all, update_op, insert_cp = sql
+    width = 1 + len(_CHECKPOINT_READ) + len(chain.OP_COLUMNS)  # where the ROW columns start
+    at = {name: width + i for i, name in enumerate(ROW)}
     i_id, i_key, i_state, i_revision = at["id"], at["key"], at["state"], at["revision"]
     key_id = chain_keys().active_id
     cur = conn.cursor()
@@ -178,8 +180,9 @@ def lifecycle_runner(
             head = cur.fetchone()
             seq, prev = (head[0], head[1]) if head else (0, chain.EMPTY.link)
             seq += 1
+            fact, fact_fp, link = p.recorded
             execute(
-                insert_op,
+                insert_both,
                 [
                     p.key,
                     st,
@@ -208,21 +211,18 @@ def lifecycle_runner(
                     LEDGER_WIDE.id,
                     r["idempotency_fp"],
                     *BLOCKING,
+                    # its checkpoint, in the same statement
+                    *(st, sid, seq, "operation.recorded", fact, fact_fp, prev, link, key_id, ""),
                 ],
             )
-            if cur.rowcount != 1:
+            if cur.fetchone() != (True, True):
                 raise RuntimeError(f"baseline: the fence of {st}:{sid} is not live")
-            fact, fact_fp, link = p.recorded
-            execute(
-                insert_cp,
-                [st, sid, seq, "operation.recorded", fact, fact_fp, prev, link, key_id, ""],
-            )
         with conn.transaction():
-            execute(load_op, [p.key])
-            mine = next(row for row in cur.fetchall() if row[i_key] == p.key)
-            execute(load_cps, [st, sid])
-            last = cur.fetchall()[-1]
-            seq, prev = last[0] + 1, last[5]
+            execute(load_all, [p.key, p.key])
+            rows = cur.fetchall()
+            mine = next(row for row in rows if row[0] == 1 and row[i_key] == p.key)
+            last = [row for row in rows if row[0] == 0][-1]
+            seq, prev = last[1] + 1, last[6]
             execute(
                 update_op,
                 [

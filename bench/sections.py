@@ -130,7 +130,8 @@ def show_baseline(variants: list) -> dict:
     """Print the raw-psycopg variants and the round-trip floor; return their median rates."""
     import baseline
 
-    say("Raw psycopg baseline: the same 7 statements (SQL text captured above, same parameter")
+    n = len(baseline.SHAPE[0]) + len(baseline.SHAPE[1])
+    say(f"Raw psycopg baseline: the same {n} statements (SQL text captured above, same parameter")
     say("shapes: checked), in 2 transactions, without Django, keys, facts and links computed")
     say("before timing: what the database and the driver allow from Python")
     rows = []
@@ -161,13 +162,15 @@ def show_baseline(variants: list) -> dict:
         round_trip, commit = baseline.floor(conn)
     finally:
         conn.close()
-    floor = 9 * round_trip + 2 * commit
+    trips = n + 2 * 2  # the statements, and BEGIN and COMMIT of each transaction
+    floor = (trips - 2) * round_trip + 2 * commit
     say(
         f"  floor: a round trip (SELECT 1) takes {round_trip:,.0f} µs, a durable one-row INSERT "
         f"commit {commit:,.0f} µs;"
     )
     say(
-        f"  11 round trips of which 2 flush WAL: 9 x {round_trip:,.0f} + 2 x {commit:,.0f} = "
+        f"  {trips} round trips of which 2 flush WAL: {trips - 2} x {round_trip:,.0f} + 2 x "
+        f"{commit:,.0f} = "
         f"{floor:,.0f} µs, at most {1e6 / floor:,.0f} lifecycles/s before any work"
     )
     say()

@@ -32,6 +32,7 @@ from django_q.cluster import Cluster
 
 from govflow.events.publisher import Publisher
 
+from .conf import lease_ttl
 from .liveness import holder_is_dead, liveness_lock_disable, liveness_lock_enable, worker_name
 from .services.sweep import Sweeper
 
@@ -133,9 +134,39 @@ def health_checks_off() -> None:
         conn.health_check_enabled = False
 
 
+def idle_transactions_ended() -> None:
+    """PostgreSQL ends a session of this process idle in a transaction for a lease TTL.
+
+    A worker stopped (SIGSTOP, a debugger, a swapped-out host) inside a transaction keeps
+    its row locks: the ``FOR SHARE`` on its lease row taken by a fenced write makes the
+    next holder's takeover wait for as long as the worker is stopped, though its lease
+    expired. With ``idle_in_transaction_session_timeout`` at the lease TTL the server
+    ends such a session — and with it the locks — once the lease could have expired; the
+    stopped worker's transaction rolls back and it could not have committed anything
+    fenced after its lease expired anyway. Set for new connections of this process and
+    the ones it forks (ADR 0035); web processes are not changed.
+    """
+    for conn in connections.all(initialized_only=False):
+        if conn.vendor == "postgresql":
+            conn.settings_dict["OPTIONS"] = idle_limited(
+                conn.settings_dict.get("OPTIONS", {}), seconds=lease_ttl()
+            )
+
+
+def idle_limited(options: dict, *, seconds: float) -> dict:
+    """``options`` with ``idle_in_transaction_session_timeout`` at ``seconds`` added to
+    the server options (libpq's ``options``), unless they set it already."""
+    given = options.get("options", "")
+    if "idle_in_transaction_session_timeout" in given:
+        return options
+    limit = f"-c idle_in_transaction_session_timeout={max(1, round(seconds * 1000))}"
+    return {**options, "options": f"{given} {limit}".strip()}
+
+
 def cluster_run(*, run_once: bool = False, join_timeout: float = 15.0) -> None:
     """Start the cluster as django-q2's ``qcluster`` does, then sweep until it stops."""
     health_checks_off()
+    idle_transactions_ended()
     # Every process of the cluster (this one, and the workers forked after this) holds
     # its own liveness lock once it names itself as a lease holder (ADR 0022).
     liveness_lock_enable()

@@ -170,7 +170,12 @@ def append(
     owner's rows, e.g. an instance's variables and steps) as this checkpoint leaves it; it
     is part of the fact, so the chain covers it.
     """
-    checkpoint = prepare(subject, head, kind, fact, projection_fp)
+    return insert_prepared(cursor, prepare(subject, head, kind, fact, projection_fp))
+
+
+def insert_prepared(cursor, checkpoint: Prepared) -> Head:
+    """Insert a checkpoint :func:`prepare` computed; :class:`ChainConflict` if its
+    position was taken."""
     try:
         cursor.execute(
             f"INSERT INTO {_CP} ({CHECKPOINT_COLUMNS}, recorded_at) "
@@ -178,7 +183,7 @@ def append(
             checkpoint.row(),
         )
     except IntegrityError as exc:
-        raise conflict(subject, checkpoint.seq) from exc
+        raise conflict(checkpoint.subject, checkpoint.seq) from exc
     return checkpoint.head
 
 

@@ -19,24 +19,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connection
+from django.db import connection
 
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
-from ..db import atomic, dialect
-from ..errors import (
-    IntegrityIncidentOpen,
-    LedgerDisagrees,
-    OperationExists,
-    RecoveryValidationError,
-    StaleFence,
-)
+from ..db import atomic, one_call_steps
+from ..errors import RecoveryValidationError
 from ..keys import operation_key
 from ..states import INITIAL, OperationState, RecoveryMode
-from ..subjects import LEDGER_WATERMARK as LEDGER_WIDE
 from ..subjects import Subject
 from ._ledger import (
-    INCIDENT_TABLE,
     OP_TABLE,
     SUCCESS,
     RecordedOperation,
@@ -49,7 +41,8 @@ from ._ledger import (
     transition,
     verified_head,
 )
-from .leases import Fence, fence_condition
+from .dispatch_write import _RECORDED, SETTLED_FOR_A_NEW_ATTEMPT, insert_recorded
+from .leases import Fence
 
 __all__ = [
     "EffectOperation",
@@ -62,15 +55,7 @@ __all__ = [
 ]
 
 S = OperationState
-SETTLED_FOR_A_NEW_ATTEMPT = frozenset({S.PENDING, S.FAILED, S.EFFECT_ABSENT})
-"""The states an effect's earlier operations may be in when a new one is recorded for it.
-
-Each poll of a pending provider and each retry is a new operation with the same
-idempotency key; anything else — in flight, of unknown outcome, or succeeded — means a new
-dispatch would guess, and the ledger refuses it (invariant I12)."""
-_BLOCKING = tuple(sorted(str(s) for s in S.values if s not in SETTLED_FOR_A_NEW_ATTEMPT))
 _OP = OP_TABLE
-_INC = INCIDENT_TABLE
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -133,13 +118,14 @@ def operation_record(
         compensation=compensation,
     )
     row = {"step_id": step_id, "action": action, "recovery_mode": recovery_mode, **fps}
+    fact = _recorded_fact(key, state, row, fence, ordinal)
     with atomic(), connection.cursor() as cursor:
         head = chain.read_head(cursor, subject)
-        seq = head.seq + 1
-        _insert(cursor, key, subject, row, fence=fence, ordinal=ordinal, state=state, seq=seq)
-        fact = _recorded_fact(key, state, row, fence, ordinal)
-        chain.append(cursor, subject, head, "operation.recorded", fact, projection_fp)
-    return RecordedOperation(key=key, subject=subject, state=state, revision=1, chain_seq=seq)
+        checkpoint = chain.prepare(subject, head, "operation.recorded", fact, projection_fp)
+        insert_recorded(cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state)
+    return RecordedOperation(
+        key=key, subject=subject, state=state, revision=1, chain_seq=checkpoint.seq
+    )
 
 
 def _recorded_fact(key: str, state: str, row: dict, fence: Fence, ordinal: int) -> dict:
@@ -172,107 +158,6 @@ def _check_record(fps: dict[str, str], recovery_mode: str, state: str, ordinal: 
         )
     if not isinstance(ordinal, int) or ordinal < 0:
         raise RecoveryValidationError("ordinal must be a non-negative integer.")
-
-
-_RECORDED = (
-    "step_id",
-    "action",
-    "recovery_mode",
-    "definition_fp",
-    "input_fp",
-    "preview_fp",
-    "access_fp",
-    "idempotency_fp",
-)
-
-
-def _insert(cursor, key: str, subject: Subject, row: dict, *, fence, ordinal, state, seq) -> None:
-    """The dispatch write: one INSERT, conditional on the fence, no open incident and no
-    earlier operation of the same effect that blocks a new one (internal)."""
-    d = dialect()
-    fenced_sql, fenced_params = fence_condition(fence)
-    try:
-        cursor.execute(
-            f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
-            "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
-            "updated_at) "
-            "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
-            f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
-            "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
-            "(subject_type = %s AND subject_id = %s))) "
-            f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
-            f"({', '.join('%s' for _ in _BLOCKING)}))",
-            [
-                key,
-                subject.type,
-                subject.id,
-                *(row[column] for column in _RECORDED),
-                fence.key,
-                fence.fence,
-                ordinal,
-                state,
-                seq,
-                *fenced_params,
-                subject.type,
-                subject.id,
-                LEDGER_WIDE.type,
-                LEDGER_WIDE.id,
-                row["idempotency_fp"],
-                *_BLOCKING,
-            ],
-        )
-    except IntegrityError as exc:
-        raise _exists(key) from exc
-    if cursor.rowcount != 1:
-        raise _why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
-
-
-def _exists(key: str) -> OperationExists:
-    return OperationExists(
-        f"Operation {key} is already recorded (same definition, step, action, input "
-        "and nonce). A retry needs a new attempt ordinal in its nonce."
-    )
-
-
-def _why_not_recorded(cursor, key, subject, idempotency_fp, fence) -> Exception:
-    """Explain a refused dispatch write (failure path only)."""
-    cursor.execute(f"SELECT 1 FROM {_OP} WHERE key = %s", [key])
-    if cursor.fetchone() is not None:
-        return _exists(key)
-    for blocked in (subject, LEDGER_WIDE):
-        cursor.execute(
-            f"SELECT id FROM {_INC} WHERE subject_type = %s AND subject_id = %s "
-            "AND status = 'open'",
-            [blocked.type, blocked.id],
-        )
-        incident = cursor.fetchone()
-        if incident is not None:
-            whose = "" if blocked == subject else " on the whole ledger (rolled back or restored)"
-            return IntegrityIncidentOpen(
-                f"{subject} cannot dispatch: integrity incident #{incident[0]} is open{whose}; "
-                "no new effect is dispatched until it is resolved. Nothing was recorded.",
-                incident_id=incident[0],
-                ledger_wide=blocked != subject,
-            )
-    cursor.execute(
-        f"SELECT key, state FROM {_OP} WHERE idempotency_fp = %s AND state IN "
-        f"({', '.join('%s' for _ in _BLOCKING)}) ORDER BY id DESC",
-        [idempotency_fp, *_BLOCKING],
-    )
-    blocking = cursor.fetchone()
-    if blocking is not None:
-        return LedgerDisagrees(
-            f"The ledger already has operation {blocking[0]} for this effect (same "
-            f"idempotency key), and it is {blocking[1]}: a new dispatch would guess. "
-            "Nothing was recorded. If the step's row says otherwise, it was changed behind "
-            "the ledger's back.",
-            operation=blocking[0],
-            state=blocking[1],
-        )
-    return StaleFence(
-        f"Cannot record operation for {subject}: {fence} is no longer the live lease. "
-        "Nothing was recorded and nothing may be dispatched."
-    )
 
 
 def operation_observe(
@@ -309,8 +194,9 @@ def operation_observe(
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
     extra: dict[str, Any] = {"by_fence": fence.fence, **({"by": by} if by else {})}
     with opening_incidents(), atomic(), connection.cursor() as cursor:
+        checkpoints = None
         if state in SUCCESS:
-            row, subject_rows = load_with_subject(cursor, key)
+            row, subject_rows, checkpoints = _success_reads(cursor, key)
         else:
             row, subject_rows = load_row(cursor, key), None
         subject = Subject(row["subject_type"], row["subject_id"])
@@ -319,7 +205,7 @@ def operation_observe(
             require_live(cursor, row, fence)
             return _unchanged(row)
         if state in SUCCESS:
-            head = verified_head(cursor, subject, subject_rows)
+            head = verified_head(cursor, subject, subject_rows, checkpoints=checkpoints)
         else:
             head = chain.read_head(cursor, subject)
         return transition(
@@ -333,6 +219,20 @@ def operation_observe(
             fence=fence,
             projection_fp=projection_fp,
         )
+
+
+def _success_reads(cursor, key: str):
+    """What a success verifies: the operation, its subject's operations, and its chain
+    (None: ``verified_head`` reads it) — one statement where a step is one call (ADR 0035),
+    else the operations here and the chain in ``verified_head``."""
+    if one_call_steps():
+        # The one-call step's own read (ADR 0031), shared; imported here because
+        # step_call builds on this module.
+        from .step_call import _load_for_success
+
+        return _load_for_success(cursor, key)
+    row, subject_rows = load_with_subject(cursor, key)
+    return row, subject_rows, None
 
 
 def _unchanged(row: dict[str, Any]) -> RecordedOperation:

@@ -54,14 +54,13 @@ from ._ledger import (
     require_live,
     verified_head,
 )
+from .dispatch_write import _BLOCKING, _RECORDED
+from .dispatch_write import why_not_recorded as _why_not_recorded
 from .leases import Fence, fenced_row_sql, fenced_row_stale, fenced_update_row
 from .operations import (
-    _BLOCKING,
-    _RECORDED,
     _check_record,
     _recorded_fact,
     _unchanged,
-    _why_not_recorded,
     operation_observe,
     operation_record,
 )

@@ -174,19 +174,32 @@ def test_planted_secret_appears_nowhere_in_the_database(subject, fence):
                 assert secret not in repr(row), f"secret found in {table}"
 
 
-def test_lifecycle_costs_two_commits_and_seven_statements():
+def _lifecycle_statements() -> list[str]:
     subject = new_subject()
     fence = live_fence(subject)
     with CaptureQueriesContext(connection) as ctx:
         op = record(subject, fence)
         api.operation_observe(key=op.key, state="succeeded", fence=fence, result={"ok": True})
-    statements = [
+    return [
         q["sql"]
         for q in ctx.captured_queries
         if q["sql"] not in ("BEGIN", "COMMIT")
         and not q["sql"].startswith("SAVEPOINT")
         and not q["sql"].startswith("RELEASE")
     ]
+
+
+def test_lifecycle_costs_two_commits_and_five_statements_where_a_step_is_one_call():
+    """PostgreSQL (ADR 0035): head read + one INSERT of operation and checkpoint; one read
+    of the operation, its subject's operations and chain + the update + the checkpoint.
+    SQLite keeps the seven separate statements (ADR 0001): no round trips to save."""
+    statements = _lifecycle_statements()
+    assert len(statements) == (5 if connection.vendor == "postgresql" else 7), statements
+
+
+def test_lifecycle_costs_seven_statements_when_sent_separately():
+    with api.multi_statement():
+        statements = _lifecycle_statements()
     assert len(statements) == 7, statements
 
 

@@ -1,0 +1,171 @@
+"""The dispatch write: an operation row and its ``operation.recorded`` checkpoint.
+
+Internal to :func:`recovery.services.operations.operation_record` (and the refusals of the
+one-call step, ADR 0031). The operation's INSERT is conditional on the fence, on no open
+integrity incident (the subject's or the whole ledger's) and on no earlier operation of the
+same effect that blocks a new one; the checkpoint's INSERT takes position ``seq`` of the
+chain, whose unique (subject, seq) constraint is the compare-and-swap (ADR 0002).
+
+Where the dialect allows it (PostgreSQL, ``one_call_steps``) both INSERTs are one
+statement, a data-modifying ``WITH`` (ADR 0035): the checkpoint is inserted only if the
+operation was, and the statement answers which of the two matched. Elsewhere (SQLite, or
+inside ``multi_statement``) they are two statements. A refusal is explained with the same
+questions on both paths and raised as the same error: :class:`OperationExists`,
+:class:`IntegrityIncidentOpen`, :class:`LedgerDisagrees`, :class:`StaleFence` for the
+operation, :class:`ChainConflict` for the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError
+
+from .. import chain
+from ..db import dialect, one_call_steps
+from ..errors import IntegrityIncidentOpen, LedgerDisagrees, OperationExists, StaleFence
+from ..states import OperationState
+from ..subjects import LEDGER_WATERMARK as LEDGER_WIDE
+from ..subjects import Subject
+from ._ledger import INCIDENT_TABLE, OP_TABLE
+from .leases import Fence, fence_condition
+
+S = OperationState
+SETTLED_FOR_A_NEW_ATTEMPT = frozenset({S.PENDING, S.FAILED, S.EFFECT_ABSENT})
+"""The states an effect's earlier operations may be in when a new one is recorded for it.
+
+Each poll of a pending provider and each retry is a new operation with the same
+idempotency key; anything else — in flight, of unknown outcome, or succeeded — means a new
+dispatch would guess, and the ledger refuses it (invariant I12)."""
+_BLOCKING = tuple(sorted(str(s) for s in S.values if s not in SETTLED_FOR_A_NEW_ATTEMPT))
+_OP = OP_TABLE
+_INC = INCIDENT_TABLE
+_RECORDED = (
+    "step_id",
+    "action",
+    "recovery_mode",
+    "definition_fp",
+    "input_fp",
+    "preview_fp",
+    "access_fp",
+    "idempotency_fp",
+)
+
+
+def insert_recorded(
+    cursor, key: str, row: dict, checkpoint: chain.Prepared, *, fence: Fence, ordinal, state
+) -> None:
+    """Insert the operation (``chain_seq`` = the checkpoint's) and then its checkpoint.
+
+    ``checkpoint`` was prepared after the head the caller read. Raises the refusal's
+    error; the caller's transaction (or savepoint) rolls back whatever was written.
+    """
+    subject = checkpoint.subject
+    sql, params = _insert_sql(key, subject, row, fence, ordinal, state, checkpoint.seq)
+    if not one_call_steps():
+        try:
+            cursor.execute(sql, params)
+        except IntegrityError as exc:
+            raise _exists(key) from exc
+        if cursor.rowcount != 1:
+            raise why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
+        chain.insert_prepared(cursor, checkpoint)
+        return
+    cursor.execute(
+        f"WITH op AS ({sql} ON CONFLICT (key) DO NOTHING RETURNING 1), "
+        f"cp AS (INSERT INTO {chain.CHECKPOINT_TABLE} ({chain.CHECKPOINT_COLUMNS}, "
+        f"recorded_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now} "
+        "WHERE EXISTS (SELECT 1 FROM op) "
+        "ON CONFLICT (subject_type, subject_id, seq) DO NOTHING RETURNING 1) "
+        "SELECT EXISTS (SELECT 1 FROM op), EXISTS (SELECT 1 FROM cp)",
+        [*params, *checkpoint.row()],
+    )
+    recorded, chained = cursor.fetchone()
+    if not recorded:
+        raise why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
+    if not chained:
+        raise chain.conflict(subject, checkpoint.seq)
+
+
+def _insert_sql(key, subject: Subject, row: dict, fence: Fence, ordinal, state, seq):
+    """The operation's conditional INSERT … SELECT … WHERE, and its parameters."""
+    d = dialect()
+    fenced_sql, fenced_params = fence_condition(fence)
+    sql = (
+        f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
+        "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
+        "updated_at) "
+        "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
+        f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
+        "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
+        "(subject_type = %s AND subject_id = %s))) "
+        f"AND NOT EXISTS (SELECT 1 FROM {_OP} WHERE idempotency_fp = %s AND state IN "
+        f"({', '.join('%s' for _ in _BLOCKING)}))"
+    )
+    params: list[Any] = [
+        key,
+        subject.type,
+        subject.id,
+        *(row[column] for column in _RECORDED),
+        fence.key,
+        fence.fence,
+        ordinal,
+        state,
+        seq,
+        *fenced_params,
+        subject.type,
+        subject.id,
+        LEDGER_WIDE.type,
+        LEDGER_WIDE.id,
+        row["idempotency_fp"],
+        *_BLOCKING,
+    ]
+    return sql, params
+
+
+def _exists(key: str) -> OperationExists:
+    return OperationExists(
+        f"Operation {key} is already recorded (same definition, step, action, input "
+        "and nonce). A retry needs a new attempt ordinal in its nonce."
+    )
+
+
+def why_not_recorded(cursor, key, subject, idempotency_fp, fence) -> Exception:
+    """Explain a refused dispatch write (failure path only)."""
+    cursor.execute(f"SELECT 1 FROM {_OP} WHERE key = %s", [key])
+    if cursor.fetchone() is not None:
+        return _exists(key)
+    for blocked in (subject, LEDGER_WIDE):
+        cursor.execute(
+            f"SELECT id FROM {_INC} WHERE subject_type = %s AND subject_id = %s "
+            "AND status = 'open'",
+            [blocked.type, blocked.id],
+        )
+        incident = cursor.fetchone()
+        if incident is not None:
+            whose = "" if blocked == subject else " on the whole ledger (rolled back or restored)"
+            return IntegrityIncidentOpen(
+                f"{subject} cannot dispatch: integrity incident #{incident[0]} is open{whose}; "
+                "no new effect is dispatched until it is resolved. Nothing was recorded.",
+                incident_id=incident[0],
+                ledger_wide=blocked != subject,
+            )
+    cursor.execute(
+        f"SELECT key, state FROM {_OP} WHERE idempotency_fp = %s AND state IN "
+        f"({', '.join('%s' for _ in _BLOCKING)}) ORDER BY id DESC",
+        [idempotency_fp, *_BLOCKING],
+    )
+    blocking = cursor.fetchone()
+    if blocking is not None:
+        return LedgerDisagrees(
+            f"The ledger already has operation {blocking[0]} for this effect (same "
+            f"idempotency key), and it is {blocking[1]}: a new dispatch would guess. "
+            "Nothing was recorded. If the step's row says otherwise, it was changed behind "
+            "the ledger's back.",
+            operation=blocking[0],
+            state=blocking[1],
+        )
+    return StaleFence(
+        f"Cannot record operation for {subject}: {fence} is no longer the live lease. "
+        "Nothing was recorded and nothing may be dispatched."
+    )
