@@ -28,7 +28,8 @@ from .links import (
     prepare,
     read_head,
 )
-from .replay import Verification, compare, verify_rows
+from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear
+from .replay import Verification, compare, verify_marking, verify_rows, verify_tail
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "OP_COLUMNS",
     "VERIFY_ATTEMPTS",
     "Head",
+    "Mark",
     "Prepared",
     "Verification",
     "append",
@@ -48,9 +50,15 @@ __all__ = [
     "conflict",
     "load_checkpoints",
     "load_operations",
+    "mark_drop",
+    "mark_keep",
+    "mark_peek",
+    "marks_clear",
     "prepare",
     "read_head",
     "revision_require",
     "subject_revision",
+    "verify_marking",
     "verify_rows",
+    "verify_tail",
 ]

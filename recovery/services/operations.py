@@ -6,7 +6,7 @@ A non-atomic lifecycle is two commits:
    operation row with all fingerprints and the fence, and its ``operation.recorded``
    checkpoint, commit together *before* the provider is called.
 2. :func:`operation_observe` — the terminal state and its ``operation.observed``
-   checkpoint commit together. A success verifies the subject's whole chain first.
+   checkpoint commit together. A success verifies the subject's chain first (ADR 0034).
 
 Both are conditional writes on the caller's fence. Inside a surrounding transaction they
 run in a savepoint and commit with it, so the engine can commit its own projection in the
@@ -44,6 +44,7 @@ from ._ledger import (
     check_target,
     load_row,
     load_with_subject,
+    marked_since,
     opening_incidents,
     require_live,
     transition,
@@ -295,10 +296,8 @@ def operation_observe(
 
     Repeating the identical terminal observation is a no-op (``changed`` is False); a
     contradictory one raises :class:`ContradictoryObservation`. A success verifies the
-    subject's chain first: a broken chain raises :class:`ChainBroken` and, when this call
-    owns the transaction, opens an integrity incident. ``projection_fp`` is carried into
-    the checkpoint (see :mod:`recovery.projections`).
-    """
+    subject's chain first (after the fence's verified mark, ADR 0034): a broken chain raises
+    :class:`ChainBroken` and, owning the transaction, opens an integrity incident."""
     if state not in OperationState.values or state in INITIAL:
         raise RecoveryValidationError(
             f"{state!r} is not an observable state; use succeeded, failed, pending or "
@@ -309,8 +308,9 @@ def operation_observe(
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
     extra: dict[str, Any] = {"by_fence": fence.fence, **({"by": by} if by else {})}
     with opening_incidents(), atomic(), connection.cursor() as cursor:
+        since = marked_since(fence) if state in SUCCESS else None
         if state in SUCCESS:
-            row, subject_rows = load_with_subject(cursor, key)
+            row, subject_rows = load_with_subject(cursor, key, since=since)
         else:
             row, subject_rows = load_row(cursor, key), None
         subject = Subject(row["subject_type"], row["subject_id"])
@@ -319,7 +319,7 @@ def operation_observe(
             require_live(cursor, row, fence)
             return _unchanged(row)
         if state in SUCCESS:
-            head = verified_head(cursor, subject, subject_rows)
+            head = verified_head(cursor, subject, subject_rows, fence=fence, since=since)
         else:
             head = chain.read_head(cursor, subject)
         return transition(
