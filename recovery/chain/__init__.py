@@ -28,7 +28,7 @@ from .links import (
     prepare,
     read_head,
 )
-from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear
+from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear, marks_of
 from .replay import Verification, compare, verify_marking, verify_rows, verify_tail
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
 
@@ -54,6 +54,7 @@ __all__ = [
     "mark_keep",
     "mark_peek",
     "marks_clear",
+    "marks_of",
     "prepare",
     "read_head",
     "revision_require",

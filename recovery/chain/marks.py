@@ -72,3 +72,9 @@ def marks_clear() -> None:
     """Forget every mark: the next success of every run verifies its chain whole."""
     with _lock:
         _marks.clear()
+
+
+def marks_of(subject: Subject) -> list[tuple[int, str]]:
+    """Where the runs of this process verified ``subject``'s chain through (tests, audits)."""
+    with _lock:
+        return sorted((m.seq, m.link) for m in _marks.values() if m.subject == subject)

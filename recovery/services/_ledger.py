@@ -80,13 +80,19 @@ def load_with_subject(cursor, key: str, *, since: int | None = None) -> tuple[di
     """
     columns = ", ".join(f"o.{c}" for c in chain.OP_COLUMNS)
     extra = ", ".join(f"o.{c}" for c in ROW)
-    tail = "" if since is None else " AND (o.chain_seq > %s OR o.key = k.key)"
-    cursor.execute(
+    sql = (
         f"SELECT {columns}, {extra} FROM {OP_TABLE} o JOIN {OP_TABLE} k "
-        "ON o.subject_type = k.subject_type AND o.subject_id = k.subject_id "
-        f"WHERE k.key = %s{tail}",
-        [key, *(() if since is None else (since,))],
+        "ON o.subject_type = k.subject_type AND o.subject_id = k.subject_id WHERE k.key = %s"
     )
+    params: list[Any] = [key]
+    if since is not None:
+        # Past the mark by the (subject, chain_seq) index, and the operation itself.
+        sql += (
+            f" AND o.chain_seq > %s UNION ALL SELECT {columns}, {extra} FROM {OP_TABLE} o "
+            "WHERE o.key = %s AND o.chain_seq <= %s"
+        )
+        params += [since, key, since]
+    cursor.execute(sql, params)
     rows = cursor.fetchall()
     width = len(chain.OP_COLUMNS)
     mine = next((r for r in rows if r[0] == key), None)

@@ -339,24 +339,31 @@ def _load_for_success(cursor, key: str, since: int | None = None):
     NULLs to one row shape. With ``since`` (the run's verified mark, ADR 0034): the
     checkpoints from it on, the operations past it and the operation itself.
     """
-    tail = (
-        ("", "", [])
-        if since is None
-        else (" AND c.seq >= %s", " AND (o.chain_seq > %s OR o.key = k.key)", [since])
-    )
     mine = [f"k.{c}" for c in ROW]
     ops = [f"o.{c}" for c in chain.OP_COLUMNS]
     width = len(_CHECKPOINT_READ)
     nulls = ", ".join("NULL" for _ in range(len(ops) + len(mine)))
-    cursor.execute(
+    blanks = ", ".join("NULL" for _ in range(width))
+    tail = "" if since is None else " AND c.seq >= %s"
+    sql = (
         f"SELECT 0 AS part, {', '.join(f'c.{c}' for c in _CHECKPOINT_READ)}, {nulls} "
         f"FROM {chain.CHECKPOINT_TABLE} c JOIN {OP_TABLE} k ON c.subject_type = k.subject_type "
-        f"AND c.subject_id = k.subject_id WHERE k.key = %s{tail[0]} UNION ALL "
-        f"SELECT 1, {', '.join('NULL' for _ in range(width))}, {', '.join(ops + mine)} "
+        f"AND c.subject_id = k.subject_id WHERE k.key = %s{tail} "
+        f"UNION ALL SELECT 1, {blanks}, {', '.join(ops + mine)} "
         f"FROM {OP_TABLE} o JOIN {OP_TABLE} k ON o.subject_type = k.subject_type "
-        f"AND o.subject_id = k.subject_id WHERE k.key = %s{tail[1]} ORDER BY 1, 2",
-        [key, *tail[2], key, *tail[2]],
+        f"AND o.subject_id = k.subject_id WHERE k.key = %s"
     )
+    params = [key, key]
+    if since is not None:
+        # Past the mark by the (subject, chain_seq) index, and the operation itself: two
+        # parts, so neither reads the subject's older operations.
+        k_ops = [f"k.{c}" for c in chain.OP_COLUMNS]
+        sql += (
+            f" AND o.chain_seq > %s UNION ALL SELECT 1, {blanks}, {', '.join(k_ops + mine)} "
+            f"FROM {OP_TABLE} k WHERE k.key = %s AND k.chain_seq <= %s"
+        )
+        params = [key, since, key, since, key, since]
+    cursor.execute(f"{sql} ORDER BY 1, 2", params)
     rows = cursor.fetchall()
     checkpoints = [r[1 : 1 + width] for r in rows if r[0] == 0]
     operations = [r[1 + width :] for r in rows if r[0] == 1]
