@@ -7,9 +7,11 @@ Removing checkpoints from the *end* leaves a valid shorter chain: that is detect
 against a watermark (a revision a reader saw earlier) and against the operation rows,
 which remember the position of their latest checkpoint.
 
-Three modules, each importing only the ones before it: :mod:`.links` writes and reads the
-chain's rows, :mod:`.replay` recomputes a chain from rows already read (no database), and
-:mod:`.verify` reads a subject's rows and verifies them. Import from this package.
+Four modules, each importing only the ones before it: :mod:`.links` writes and reads the
+chain's rows, :mod:`.marks` keeps how far a run verified a chain (ADR 0034: a success
+verifies only the tail after its run's mark), :mod:`.replay` recomputes a chain from rows
+already read (no database), whole or from a mark, and :mod:`.verify` reads a subject's
+rows and verifies them. Import from this package.
 """
 
 from .links import (
