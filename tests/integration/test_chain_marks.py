@@ -25,6 +25,7 @@ from recovery.chain import replay
 from recovery.models import Checkpoint, IntegrityIncident, Operation
 from recovery.testing import fingerprints, live_fence, record
 from tests.flows import action, drive, linear, start
+from tests.integration.test_decisions import request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -161,6 +162,19 @@ def test_a_mark_whose_checkpoint_was_rewritten_is_dropped_and_the_whole_chain_ve
     with pytest.raises(api.ChainBroken, match="broken at #7"):
         step(subject, fence, op)
     assert incident_of(subject).position == 7
+
+
+def test_a_tampered_old_checkpoint_is_found_when_an_operator_confirms_an_effect(
+    subject, fence, path, requester, approver
+):
+    op = steps(subject, fence, 4)
+    api.operation_observe(key=op.key, state="outcome_unknown", fence=fence)
+    tamper(subject, 2)  # before the run's mark
+    decision = request(op.key, requester)
+    with pytest.raises(api.ChainBroken, match="checkpoint chain is broken at #2"):
+        api.decision_approve(decision_id=decision.pk, approved_by=approver)
+    assert incident_of(subject).position == 2
+    assert Operation.objects.get(key=op.key).state == "outcome_unknown"
 
 
 def test_a_tampered_old_checkpoint_is_found_by_recovery_verify(subject, fence, path):
