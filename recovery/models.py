@@ -76,7 +76,11 @@ class Operation(models.Model):
         verbose_name_plural = _("operations")
         db_table = "recovery_operation"
         indexes = [
-            models.Index(fields=["subject_type", "subject_id"], name="recovery_op_subject"),
+            # With chain_seq: a success finds the operations past its run's verified mark
+            # by a range (ADR 0034); the subject alone is its prefix.
+            models.Index(
+                fields=["subject_type", "subject_id", "chain_seq"], name="recovery_op_subject_seq"
+            ),
             models.Index(fields=["idempotency_fp"], name="recovery_op_idempotency"),
             models.Index(fields=["state"], name="recovery_op_state"),
         ]

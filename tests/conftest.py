@@ -28,6 +28,17 @@ def alpha_store(tmp_path, settings):
 
 
 @pytest.fixture(autouse=True)
+def chain_marks():
+    """Verified chain marks (ADR 0034) live in the process: a test's database is rolled
+    back after it, so no test starts with a mark another test's run left behind."""
+    from recovery.chain import marks_clear
+
+    marks_clear()
+    yield
+    marks_clear()
+
+
+@pytest.fixture(autouse=True)
 def anchor_path(tmp_path, settings):
     """Every test gets its own anchor file (a missing folder, created on the first append)
     and a sweeper that anchors on its first pass: anchors outlive a test's database."""

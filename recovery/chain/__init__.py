@@ -7,9 +7,11 @@ Removing checkpoints from the *end* leaves a valid shorter chain: that is detect
 against a watermark (a revision a reader saw earlier) and against the operation rows,
 which remember the position of their latest checkpoint.
 
-Three modules, each importing only the ones before it: :mod:`.links` writes and reads the
-chain's rows, :mod:`.replay` recomputes a chain from rows already read (no database), and
-:mod:`.verify` reads a subject's rows and verifies them. Import from this package.
+Four modules, each importing only the ones before it: :mod:`.links` writes and reads the
+chain's rows, :mod:`.marks` keeps how far a run verified a chain (ADR 0034: a success
+verifies only the tail after its run's mark), :mod:`.replay` recomputes a chain from rows
+already read (no database), whole or from a mark, and :mod:`.verify` reads a subject's
+rows and verifies them. Import from this package.
 """
 
 from .links import (
@@ -29,7 +31,8 @@ from .links import (
     prepare,
     read_head,
 )
-from .replay import Verification, compare, verify_rows
+from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear, marks_of
+from .replay import Verification, compare, verify_marking, verify_rows, verify_tail
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "OP_COLUMNS",
     "VERIFY_ATTEMPTS",
     "Head",
+    "Mark",
     "Prepared",
     "Verification",
     "append",
@@ -50,9 +54,16 @@ __all__ = [
     "insert_prepared",
     "load_checkpoints",
     "load_operations",
+    "mark_drop",
+    "mark_keep",
+    "mark_peek",
+    "marks_clear",
+    "marks_of",
     "prepare",
     "read_head",
     "revision_require",
     "subject_revision",
+    "verify_marking",
     "verify_rows",
+    "verify_tail",
 ]

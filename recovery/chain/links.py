@@ -187,11 +187,14 @@ def insert_prepared(cursor, checkpoint: Prepared) -> Head:
     return checkpoint.head
 
 
-def load_checkpoints(cursor, subject: Subject) -> list[Sequence[Any]]:
+def load_checkpoints(cursor, subject: Subject, since: int = 0) -> list[Sequence[Any]]:
+    """The subject's checkpoints in order: all, or from #``since`` on (a verified mark's
+    own and those after it, ADR 0034)."""
+    tail = " AND seq >= %s" if since else ""
     cursor.execute(
         f"SELECT seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp FROM {_CP} "
-        "WHERE subject_type = %s AND subject_id = %s ORDER BY seq",
-        [subject.type, subject.id],
+        f"WHERE subject_type = %s AND subject_id = %s{tail} ORDER BY seq",
+        [subject.type, subject.id, *([since] if since else [])],
     )
     return cursor.fetchall()
 

@@ -18,6 +18,7 @@ from ..keys import ChainKeys, chain_keys
 from ..states import can_transition
 from ..subjects import Subject
 from .links import COMPARED, compute_link
+from .marks import Mark
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class _Replayed:
     failure: Verification | None = None
     results: dict[Any, tuple[str, int]] = dataclass_field(default_factory=dict)
     """Decision id → the result fingerprint its request chained, and that checkpoint."""
+    touched: set[str] = dataclass_field(default_factory=set)
+    """The operations the replayed checkpoints changed."""
 
     def broken(self, position: int, reason: str) -> _Replayed:
         self.failure = Verification(self.subject, False, self.length, position, reason)
@@ -57,12 +60,21 @@ class _Replayed:
 
 
 def _replay(
-    subject: Subject, checkpoints: Iterable[Sequence[Any]], watermark: int | None
+    subject: Subject,
+    checkpoints: Iterable[Sequence[Any]],
+    watermark: int | None,
+    start: Mark | None = None,
 ) -> _Replayed:
-    """Recompute the chain from its checkpoint rows in order, up to the first break."""
+    """Recompute the chain from its checkpoint rows in order, up to the first break.
+
+    From the start, or from ``start`` (a mark: its checkpoint's link and its operations,
+    which the replay moves on in place) when the rows are the ones after it.
+    """
     keys = chain_keys()
-    replayed = _Replayed(subject, ops={})
+    replayed = _Replayed(subject, ops={} if start is None else start.ops)
     prev = GENESIS_LINK
+    if start is not None:
+        replayed.length, prev = start.seq, start.link
     for row in checkpoints:
         seq, kind, _, _, _, link, _, projection_fp = row
         expected = replayed.length + 1
@@ -78,6 +90,8 @@ def _replay(
         if kind == "decision.requested" and "result_fp" in fact:
             replayed.results[fact.get("decision")] = (fact["result_fp"], seq)
         problem = _apply(replayed.ops, seq, kind, fact)
+        if "operation" in fact:
+            replayed.touched.add(fact["operation"])
         if problem:
             return replayed.broken(seq, problem)
     if watermark is not None and replayed.length < watermark:
@@ -202,7 +216,55 @@ def verify_rows(
 ) -> Verification:
     """Verify a chain against its operation rows and, given ``results`` (see
     :func:`~recovery.decided.result_mismatch`), against its decisions' stored results."""
-    replayed = _replay(subject, checkpoints, watermark)
+    return _verified(_replay(subject, checkpoints, watermark), operations, results)
+
+
+def verify_marking(
+    subject: Subject,
+    checkpoints: Sequence[Sequence[Any]],
+    operations: Iterable[Sequence[Any]],
+    results: Iterable[Sequence[Any]] = (),
+) -> tuple[Verification, Mark | None]:
+    """:func:`verify_rows` of the whole chain, and the mark it leaves when it verifies."""
+    replayed = _replay(subject, checkpoints, None)
+    result = _verified(replayed, operations, results)
+    if not result.ok:
+        return result, None
+    last = checkpoints[-1] if checkpoints else (0, "", "", "", "", GENESIS_LINK)
+    return result, Mark(subject, replayed.length, last[5], replayed.ops)
+
+
+def verify_tail(
+    mark: Mark, checkpoints: Sequence[Sequence[Any]], operations: Sequence[Sequence[Any]]
+) -> Verification | None:
+    """Verify only what follows ``mark`` (ADR 0034); None when the mark no longer holds.
+
+    ``checkpoints`` are the subject's checkpoints from the mark's own on (``seq >=``), in
+    order; ``operations``, the operation rows whose ``chain_seq`` is past the mark and any
+    other the caller is about to move. The mark's checkpoint must still carry the mark's
+    link (else None: verify the whole chain). Each later checkpoint is verified as a full
+    replay would, starting from the mark's link and operations; every operation the tail
+    touches must have its row, and every row read must equal its replayed operation. On
+    success the mark is moved to the new head, in place; on failure it must be dropped.
+    """
+    if not checkpoints or checkpoints[0][0] != mark.seq or checkpoints[0][5] != mark.link:
+        return None
+    replayed = _replay(mark.subject, checkpoints[1:], None, start=mark)
+    if replayed.failure is not None:
+        return replayed.failure
+    ops = replayed.ops
+    touched = {k: ops[k] for k in replayed.touched if k in ops and ops[k]["chain_seq"] > mark.seq}
+    read = {row[0]: ops[row[0]] for row in operations if row[0] in ops}
+    result = compare(mark.subject, touched | read, operations, replayed.length)
+    if result.ok:
+        mark.seq, mark.link = replayed.length, (checkpoints[-1][5])
+    return result
+
+
+def _verified(
+    replayed: _Replayed, operations: Iterable[Sequence[Any]], results: Iterable[Sequence[Any]]
+) -> Verification:
+    subject = replayed.subject
     if replayed.failure is not None:
         return replayed.failure
     result = compare(subject, replayed.ops, operations, replayed.length)

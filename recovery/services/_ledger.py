@@ -72,15 +72,27 @@ def load_row(cursor, key: str) -> dict[str, Any]:
     return dict(zip(ROW, row, strict=True))
 
 
-def load_with_subject(cursor, key: str) -> tuple[dict[str, Any], list]:
-    """Load the operation and every operation of its subject, in one statement."""
+def load_with_subject(cursor, key: str, *, since: int | None = None) -> tuple[dict[str, Any], list]:
+    """Load the operation and every operation of its subject, in one statement.
+
+    With ``since`` (a verified mark's position, ADR 0034), only the operations whose latest
+    checkpoint is past it, and the operation itself.
+    """
     columns = ", ".join(f"o.{c}" for c in chain.OP_COLUMNS)
     extra = ", ".join(f"o.{c}" for c in ROW)
-    cursor.execute(
+    sql = (
         f"SELECT {columns}, {extra} FROM {OP_TABLE} o JOIN {OP_TABLE} k "
-        "ON o.subject_type = k.subject_type AND o.subject_id = k.subject_id WHERE k.key = %s",
-        [key],
+        "ON o.subject_type = k.subject_type AND o.subject_id = k.subject_id WHERE k.key = %s"
     )
+    params: list[Any] = [key]
+    if since is not None:
+        # Past the mark by the (subject, chain_seq) index, and the operation itself.
+        sql += (
+            f" AND o.chain_seq > %s UNION ALL SELECT {columns}, {extra} FROM {OP_TABLE} o "
+            "WHERE o.key = %s AND o.chain_seq <= %s"
+        )
+        params += [since, key, since]
+    cursor.execute(sql, params)
     rows = cursor.fetchall()
     width = len(chain.OP_COLUMNS)
     mine = next((r for r in rows if r[0] == key), None)
@@ -229,6 +241,12 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
     )
 
 
+def marked_since(fence: Fence) -> int | None:
+    """Where the run holding ``fence`` verified its chain through (ADR 0034), if it did."""
+    mark = chain.mark_peek(fence)
+    return None if mark is None else mark.seq
+
+
 def verified_head(
     cursor,
     subject: Subject,
@@ -236,19 +254,38 @@ def verified_head(
     *,
     decisions: list = (),
     checkpoints: list | None = None,
+    fence: Fence | None = None,
+    since: int | None = None,
 ) -> Head:
-    """Verify the subject's whole chain before a success; return its head.
+    """Verify the subject's chain before a success; return its head.
 
     ``decisions`` are (id, result, result fingerprint) rows of decisions whose stored
     results are verified too (``decided.result_mismatch``); ``checkpoints``, the chain's
     rows when the caller read them already. Raises :class:`ChainBroken`;
     :func:`opening_incidents` turns that into an incident.
+
+    With ``fence`` (the run's lease), the run's verified mark is used and kept (ADR 0034):
+    the first success of a run verifies the whole chain and keeps a mark; a later one
+    verifies only what follows the mark. ``since`` says the caller read the rows for the
+    mark at that position (``checkpoints`` from it on, ``subject_rows`` past it and the
+    operation moved); without a matching mark, everything is read and verified again.
     """
-    if checkpoints is None:
-        checkpoints = chain.load_checkpoints(cursor, subject)
-    if subject_rows is None:
-        subject_rows = chain.load_operations(cursor, subject)
-    verification = chain.verify_rows(subject, checkpoints, subject_rows, results=decisions)
+    mark = None if fence is None else chain.mark_drop(fence)
+    verification = None
+    if mark is not None and since == mark.seq and mark.subject == subject and not decisions:
+        if checkpoints is None:
+            checkpoints = chain.load_checkpoints(cursor, subject, since)
+        verification = chain.verify_tail(mark, checkpoints, subject_rows or [])
+    elif since is not None:
+        checkpoints = subject_rows = None  # read for another mark: read everything
+    if verification is None:  # no mark, or it no longer holds: the whole chain
+        if checkpoints is None or since is not None:
+            checkpoints = chain.load_checkpoints(cursor, subject)
+        if subject_rows is None or since is not None:
+            subject_rows = chain.load_operations(cursor, subject)
+        verification, mark = chain.verify_marking(
+            subject, checkpoints, subject_rows, results=decisions
+        )
     if not verification.ok:
         raise ChainBroken(
             f"Refusing to commit success for {subject}: its checkpoint chain is broken at "
@@ -256,6 +293,8 @@ def verified_head(
             "it; investigate before anything moves on.",
             verification,
         )
+    if fence is not None and mark is not None:
+        chain.mark_keep(fence, mark)
     if not checkpoints:
         return chain.EMPTY
     last = checkpoints[-1]

@@ -6,7 +6,7 @@ A non-atomic lifecycle is two commits:
    operation row with all fingerprints and the fence, and its ``operation.recorded``
    checkpoint, commit together *before* the provider is called.
 2. :func:`operation_observe` — the terminal state and its ``operation.observed``
-   checkpoint commit together. A success verifies the subject's whole chain first.
+   checkpoint commit together. A success verifies the subject's chain first (ADR 0034).
 
 Both are conditional writes on the caller's fence. Inside a surrounding transaction they
 run in a savepoint and commit with it, so the engine can commit its own projection in the
@@ -36,6 +36,7 @@ from ._ledger import (
     check_target,
     load_row,
     load_with_subject,
+    marked_since,
     opening_incidents,
     require_live,
     transition,
@@ -180,10 +181,8 @@ def operation_observe(
 
     Repeating the identical terminal observation is a no-op (``changed`` is False); a
     contradictory one raises :class:`ContradictoryObservation`. A success verifies the
-    subject's chain first: a broken chain raises :class:`ChainBroken` and, when this call
-    owns the transaction, opens an integrity incident. ``projection_fp`` is carried into
-    the checkpoint (see :mod:`recovery.projections`).
-    """
+    subject's chain first (after the fence's verified mark, ADR 0034): a broken chain raises
+    :class:`ChainBroken` and, owning the transaction, opens an integrity incident."""
     if state not in OperationState.values or state in INITIAL:
         raise RecoveryValidationError(
             f"{state!r} is not an observable state; use succeeded, failed, pending or "
@@ -194,9 +193,10 @@ def operation_observe(
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
     extra: dict[str, Any] = {"by_fence": fence.fence, **({"by": by} if by else {})}
     with opening_incidents(), atomic(), connection.cursor() as cursor:
+        since = marked_since(fence) if state in SUCCESS else None
         checkpoints = None
         if state in SUCCESS:
-            row, subject_rows, checkpoints = _success_reads(cursor, key)
+            row, subject_rows, checkpoints = _success_reads(cursor, key, since)
         else:
             row, subject_rows = load_row(cursor, key), None
         subject = Subject(row["subject_type"], row["subject_id"])
@@ -205,7 +205,9 @@ def operation_observe(
             require_live(cursor, row, fence)
             return _unchanged(row)
         if state in SUCCESS:
-            head = verified_head(cursor, subject, subject_rows, checkpoints=checkpoints)
+            head = verified_head(
+                cursor, subject, subject_rows, checkpoints=checkpoints, fence=fence, since=since
+            )
         else:
             head = chain.read_head(cursor, subject)
         return transition(
@@ -221,17 +223,18 @@ def operation_observe(
         )
 
 
-def _success_reads(cursor, key: str):
+def _success_reads(cursor, key: str, since: int | None = None):
     """What a success verifies: the operation, its subject's operations, and its chain
     (None: ``verified_head`` reads it) — one statement where a step is one call (ADR 0035),
-    else the operations here and the chain in ``verified_head``."""
+    else the operations here and the chain in ``verified_head``. With ``since`` (the run's
+    verified mark, ADR 0034) only the tail after it."""
     if one_call_steps():
         # The one-call step's own read (ADR 0031), shared; imported here because
         # step_call builds on this module.
         from .step_call import _load_for_success
 
-        return _load_for_success(cursor, key)
-    row, subject_rows = load_with_subject(cursor, key)
+        return _load_for_success(cursor, key, since)
+    row, subject_rows = load_with_subject(cursor, key, since=since)
     return row, subject_rows, None
 
 

@@ -50,6 +50,7 @@ from ._ledger import (
     _why_not,
     check_target,
     load_row,
+    marked_since,
     opening_incidents,
     require_live,
     verified_head,
@@ -196,8 +197,9 @@ def _observation_prepared(cursor, observation: Observation):
     state = str(state)
     result = observation.result
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
+    since = marked_since(observation.fence) if state in SUCCESS else None
     if state in SUCCESS:
-        row, subject_rows, checkpoints = _load_for_success(cursor, observation.key)
+        row, subject_rows, checkpoints = _load_for_success(cursor, observation.key, since)
     else:
         row, subject_rows = load_row(cursor, observation.key), None
     subject = Subject(row["subject_type"], row["subject_id"])
@@ -205,7 +207,14 @@ def _observation_prepared(cursor, observation: Observation):
         require_live(cursor, row, observation.fence)
         return None
     if state in SUCCESS:
-        head = verified_head(cursor, subject, subject_rows, checkpoints=checkpoints)
+        head = verified_head(
+            cursor,
+            subject,
+            subject_rows,
+            checkpoints=checkpoints,
+            fence=observation.fence,
+            since=since,
+        )
     else:
         head = chain.read_head(cursor, subject)
     _require_own_lease(row, observation.fence)
@@ -321,26 +330,39 @@ _CHECKPOINT_READ = (
 )
 
 
-def _load_for_success(cursor, key: str):
+def _load_for_success(cursor, key: str, since: int | None = None):
     """The operation, its subject's operations and its subject's chain: one statement.
 
     What ``load_with_subject`` and ``load_checkpoints`` read for a success's verification,
     in one round trip: checkpoints first (in ``seq`` order), then operations, padded with
-    NULLs to one row shape.
+    NULLs to one row shape. With ``since`` (the run's verified mark, ADR 0034): the
+    checkpoints from it on, the operations past it and the operation itself.
     """
     mine = [f"k.{c}" for c in ROW]
     ops = [f"o.{c}" for c in chain.OP_COLUMNS]
     width = len(_CHECKPOINT_READ)
     nulls = ", ".join("NULL" for _ in range(len(ops) + len(mine)))
-    cursor.execute(
+    blanks = ", ".join("NULL" for _ in range(width))
+    tail = "" if since is None else " AND c.seq >= %s"
+    sql = (
         f"SELECT 0 AS part, {', '.join(f'c.{c}' for c in _CHECKPOINT_READ)}, {nulls} "
         f"FROM {chain.CHECKPOINT_TABLE} c JOIN {OP_TABLE} k ON c.subject_type = k.subject_type "
-        "AND c.subject_id = k.subject_id WHERE k.key = %s UNION ALL "
-        f"SELECT 1, {', '.join('NULL' for _ in range(width))}, {', '.join(ops + mine)} "
+        f"AND c.subject_id = k.subject_id WHERE k.key = %s{tail} "
+        f"UNION ALL SELECT 1, {blanks}, {', '.join(ops + mine)} "
         f"FROM {OP_TABLE} o JOIN {OP_TABLE} k ON o.subject_type = k.subject_type "
-        "AND o.subject_id = k.subject_id WHERE k.key = %s ORDER BY 1, 2",
-        [key, key],
+        f"AND o.subject_id = k.subject_id WHERE k.key = %s"
     )
+    params = [key, key]
+    if since is not None:
+        # Past the mark by the (subject, chain_seq) index, and the operation itself: two
+        # parts, so neither reads the subject's older operations.
+        k_ops = [f"k.{c}" for c in chain.OP_COLUMNS]
+        sql += (
+            f" AND o.chain_seq > %s UNION ALL SELECT 1, {blanks}, {', '.join(k_ops + mine)} "
+            f"FROM {OP_TABLE} k WHERE k.key = %s AND k.chain_seq <= %s"
+        )
+        params = [key, since, key, since, key, since]
+    cursor.execute(f"{sql} ORDER BY 1, 2", params)
     rows = cursor.fetchall()
     checkpoints = [r[1 : 1 + width] for r in rows if r[0] == 0]
     operations = [r[1 + width :] for r in rows if r[0] == 1]

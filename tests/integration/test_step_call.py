@@ -7,7 +7,8 @@ step sequences (success, transient and permanent failure with retry, pending and
 outcome unknown with and without the effect, a step blocked before dispatch, atomic
 steps, timers) run through both paths with the same instance id, and must leave identical
 rows — instance, steps, ledger operations, checkpoints with their fingerprints and keyed
-links, incidents — apart from ids and timestamps. A fixed sequence's rows are also
+links, incidents — apart from ids and timestamps, and the same verified chain marks
+(ADR 0034) in the worker's memory. A fixed sequence's rows are also
 compared with a digest recorded here, the same on both databases: the two databases,
 each on its own path, write the same chain.
 """
@@ -35,6 +36,7 @@ from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import SWEEPER
 from govflow.engine.services.timers import timers_fire
 from recovery import api
+from recovery.chain import marks_clear, marks_of
 from recovery.models import Checkpoint, IntegrityIncident, Lease, Operation
 from recovery.observations import Observation
 from tests.engine_helpers import alpha_write
@@ -103,6 +105,7 @@ def _forget(pk: int) -> None:
     IntegrityIncident.objects.filter(**where).delete()
     Lease.objects.filter(key=f"instance:{pk}").delete()
     Instance.objects.filter(pk=pk).delete()
+    marks_clear()  # as a fresh process: the other path's runs verify their chain whole too
 
 
 def _values(queryset, *, skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -135,6 +138,8 @@ def rows_of(pk: int) -> dict[str, Any]:
         "integrity": _values(IntegrityIncident.objects.filter(**where)),
         "incidents": _values(Incident.objects.filter(instance_id=pk).order_by("kind", "message")),
         "kept": _values(KeptAnswer.objects.filter(instance_id=pk).order_by("operation_key")),
+        # Where each run's verified mark stands (ADR 0034): the same verifications made.
+        "marks": marks_of(api.Subject("govflow.instance", str(pk))),
     }
 
 
@@ -214,6 +219,8 @@ FIXED_DIGEST = "78daa8d48134a94fb65627f34007a4450cb58764e52fb008ba5d2cb22d8ecbcd
 def test_a_fixed_sequence_writes_the_same_chain_on_both_databases():
     one_call, separate = both_paths(*FIXED, pk=680_001, key="tests.stepcall.fixed")
     assert one_call == separate
+    marks = one_call.pop("marks")  # memory, not rows: the digest is of what was written
+    assert marks, "the runs verified the chain and kept their marks"
     rows = api.canonical_bytes(one_call)
     digest = hashlib.sha256(rows).hexdigest()
     assert digest == FIXED_DIGEST, (connection.vendor, rows.decode()[:4000])

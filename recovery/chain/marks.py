@@ -1,0 +1,80 @@
+"""Verified marks: how far one run has verified a subject's chain (ADR 0034).
+
+A success verifies its subject's chain (I7). Verifying the whole chain at every success
+makes a step's cost grow with the instance's length, so a run keeps, in its own memory, a
+*mark*: the position and link through which it verified the chain, and the operations as
+the chain replayed them there. A later success of the same run reads and verifies only the
+checkpoints from the mark on and the operation rows they touch
+(:func:`~recovery.chain.replay.verify_tail`).
+
+A mark is trustworthy because nobody but this process could have made it: it lives in this
+process's memory only, it was computed by a full verification made by this run, and it is
+bound to the run's lease (key, holder and fence). A new run or claim takes a new fence, so
+its first success verifies the whole chain again. A mark whose checkpoint no longer
+carries its link (rewritten, removed, a rolled-back write) is dropped and the chain is
+verified whole. Marks are few and small; the oldest are forgotten first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..subjects import Subject
+
+LIMIT = 256
+"""Marks kept per process (one per run in flight is all a worker needs)."""
+
+
+@dataclass
+class Mark:
+    """The chain of ``subject`` verified through checkpoint ``seq`` whose link is ``link``."""
+
+    subject: Subject
+    seq: int
+    link: str
+    ops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every operation as the verified chain replays it at ``seq``."""
+
+
+_marks: OrderedDict[tuple[str, str, int], Mark] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _slot(fence) -> tuple[str, str, int]:
+    return (fence.key, fence.holder, fence.fence)
+
+
+def mark_peek(fence) -> Mark | None:
+    """The mark kept for the run holding ``fence``, if any (it stays kept)."""
+    with _lock:
+        return _marks.get(_slot(fence))
+
+
+def mark_drop(fence) -> Mark | None:
+    """Forget the mark of ``fence`` and return it: a verification about to use it owns it."""
+    with _lock:
+        return _marks.pop(_slot(fence), None)
+
+
+def mark_keep(fence, mark: Mark) -> None:
+    """Keep ``mark`` for the run holding ``fence``."""
+    with _lock:
+        _marks[_slot(fence)] = mark
+        _marks.move_to_end(_slot(fence))
+        while len(_marks) > LIMIT:
+            _marks.popitem(last=False)
+
+
+def marks_clear() -> None:
+    """Forget every mark: the next success of every run verifies its chain whole."""
+    with _lock:
+        _marks.clear()
+
+
+def marks_of(subject: Subject) -> list[tuple[int, str]]:
+    """Where the runs of this process verified ``subject``'s chain through (tests, audits)."""
+    with _lock:
+        return sorted((m.seq, m.link) for m in _marks.values() if m.subject == subject)
