@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('recovery', '0011_observe_record_call'),
+        ('recovery', '0012_compensation_poll_due'),
     ]
 
     operations = [
