@@ -49,6 +49,16 @@ def test_a_publisher_killed_mid_delivery_is_replaced_and_the_event_sent_again(wo
             explain=first.log_tail,
         )
         assert receiver.received[0].event_id == str(started.event_id)
+        # The instance ends on the first cluster while its publisher waits: killing it in
+        # the middle of the step would leave an unknown outcome, not what this test is about.
+        wait_for(
+            lambda: Event.objects.filter(
+                instance_id=instance.pk, type="instance.completed"
+            ).exists(),
+            timeout=60,
+            what="the instance to complete on the first cluster",
+            explain=first.log_tail,
+        )
         first.kill()  # mid-delivery: the receiver has not answered yet
         delivery = Delivery.objects.get(event=started, subscription=made.subscription)
         assert delivery.state == DeliveryState.PENDING and delivery.attempts == 0
