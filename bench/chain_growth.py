@@ -16,15 +16,12 @@ machine; the load average is printed with them. Exits 0 when it ran.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import time
 
 from harness import django_test_db
 from pgserver import postgres_server
-
-_nonces = itertools.count(1)
 
 
 def _counting():
@@ -50,30 +47,11 @@ def _server_rows(cursor) -> int:
     return int(cursor.fetchone()[0])
 
 
-def _step(api, fingerprints, subject, fence, op):
-    _, recorded = api.operation_observe_record(
-        observation=api.Observation(key=op.key, state="succeeded", fence=fence, result={"a": 1}),
-        record={
-            "subject": subject,
-            "step_id": "step",
-            "action": "bench.step",
-            "recovery_mode": "non_atomic",
-            "nonce": f"{subject.id}:{next(_nonces)}",
-            "ordinal": 0,
-            "fence": fence,
-            **fingerprints(),
-        },
-        projection_fp="",
-    )
-    return recorded
-
-
 def measure(length: int) -> dict[str, dict[str, float]]:
     """One instance of ``length`` steps; per-step figures over all steps and the last five."""
     from django.db import connection
 
-    from recovery import api
-    from recovery.testing import fingerprints, live_fence, new_subject, record
+    from recovery.testing import chained_step, live_fence, new_subject, record
 
     subject = new_subject("bench.instance")
     fence = live_fence(subject, holder="bench")
@@ -91,7 +69,7 @@ def measure(length: int) -> dict[str, dict[str, float]]:
             before = _settled_rows(connection)
         started = time.process_time()
         with connection.execute_wrapper(wrapper):
-            op = _step(api, fingerprints, subject, fence, op)
+            op = chained_step(subject, fence, op, action="bench.step")
         cpu = (time.process_time() - started) * 1000
         step = {**counts, "server_rows": 0, "cpu_ms": cpu}
         if tail:
@@ -118,15 +96,14 @@ def _settled_rows(connection) -> int:
 
 def fill(subjects: int, steps: int) -> None:
     """Other instances' rows, so the tables have the size that makes plans use indexes."""
-    from recovery import api
-    from recovery.testing import fingerprints, live_fence, new_subject, record
+    from recovery.testing import chained_step, live_fence, new_subject, record
 
     for _ in range(subjects):
         subject = new_subject("bench.other")
         fence = live_fence(subject, holder="bench")
         op = record(subject, fence)
         for _ in range(steps):
-            op = _step(api, fingerprints, subject, fence, op)
+            op = chained_step(subject, fence, op, action="bench.step")
 
 
 def main(argv: list[str]) -> int:

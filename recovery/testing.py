@@ -8,6 +8,7 @@ from typing import Any
 from .canonical import FingerprintKind, fingerprint_value
 from .services.leases import Fence, lease_acquire
 from .services.operations import RecordedOperation, operation_record
+from .services.step_call import Observation, operation_observe_record
 from .subjects import Subject
 
 _counter = itertools.count(1)
@@ -61,3 +62,25 @@ def record(
         state=state,
         **fingerprints(input_value),
     )
+
+
+def chained_step(
+    subject: Subject, fence: Fence, op: RecordedOperation, *, action: str = "test.notify"
+) -> RecordedOperation:
+    """One step as the engine writes it: ``op`` succeeded and the next operation dispatched
+    in the same call (ADR 0031); returns the next operation."""
+    _, recorded = operation_observe_record(
+        observation=Observation(key=op.key, state="succeeded", fence=fence, result={"a": 1}),
+        record={
+            "subject": subject,
+            "step_id": "step",
+            "action": action,
+            "recovery_mode": "non_atomic",
+            "nonce": f"{subject.id}:step:{next(_counter)}",
+            "ordinal": 0,
+            "fence": fence,
+            **fingerprints(),
+        },
+        projection_fp="",
+    )
+    return recorded

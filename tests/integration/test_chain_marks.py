@@ -13,7 +13,6 @@ next run's first success, a decision's confirmed effect, ``recovery_verify`` and
 from __future__ import annotations
 
 import contextlib
-import itertools
 from io import StringIO
 
 import pytest
@@ -23,13 +22,11 @@ from govflow.engine.models import InstanceStatus
 from recovery import api
 from recovery.chain import replay
 from recovery.models import Checkpoint, IntegrityIncident, Operation
-from recovery.testing import fingerprints, live_fence, record
+from recovery.testing import chained_step, live_fence, record
 from tests.flows import action, drive, linear, start
 from tests.integration.test_decisions import request
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-_nonces = itertools.count(1)
 
 
 @pytest.fixture(params=["one_call", "separate"])
@@ -55,21 +52,7 @@ def verified(monkeypatch):
 
 def step(subject, fence, op):
     """One step as the engine writes it: ``op`` succeeded, the next one dispatched."""
-    _, recorded = api.operation_observe_record(
-        observation=api.Observation(key=op.key, state="succeeded", fence=fence, result={"a": 1}),
-        record={
-            "subject": subject,
-            "step_id": "step",
-            "action": "test.notify",
-            "recovery_mode": "non_atomic",
-            "nonce": f"{subject.id}:{next(_nonces)}",
-            "ordinal": 0,
-            "fence": fence,
-            **fingerprints(),
-        },
-        projection_fp="",
-    )
-    return recorded
+    return chained_step(subject, fence, op)
 
 
 def steps(subject, fence, n: int):
