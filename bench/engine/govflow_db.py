@@ -337,8 +337,10 @@ def timer_progress(ids: list[int]) -> tuple[int, int]:
 def timer_lags(ids: list[int]) -> dict[str, float]:
     """Fire lag (fired_at - due_at) in seconds, from the database.
 
-    Also the firing commits (one per batch of timers) and the longest pause between two
-    of them: a pause is time when no sweeper was firing although timers were due.
+    Also the firing commits (one per batch of timers: the transactions that wrote the
+    rows) and the longest pause between two of them, from the last row one fired to the
+    first the next fired: a pause is time when no sweeper was firing although timers
+    were due.
     """
     from django.db import connection
 
@@ -351,11 +353,14 @@ def timer_lags(ids: list[int]) -> dict[str, float]:
             [ids[0], ids[-1]],
         )
         p50, p99, worst, best, n = cursor.fetchone()
+        # A firing commit is a transaction: the rows it updated share its xmin (fired_at
+        # is the database clock at each row, so it differs within one commit).
         cursor.execute(
-            "SELECT count(*), coalesce(max(extract(epoch FROM at - previous)), 0) FROM ("
-            "SELECT at, lag(at) OVER (ORDER BY at) AS previous FROM (SELECT DISTINCT "
-            "fired_at AS at FROM engine_timer WHERE instance_id BETWEEN %s AND %s "
-            "AND fired_at IS NOT NULL) f) g",
+            "SELECT count(*), coalesce(max(extract(epoch FROM first - previous)), 0) FROM ("
+            "SELECT first, lag(last) OVER (ORDER BY first) AS previous FROM ("
+            "SELECT min(fired_at) AS first, max(fired_at) AS last FROM engine_timer "
+            "WHERE instance_id BETWEEN %s AND %s AND fired_at IS NOT NULL "
+            "GROUP BY xmin::text) f) g",
             [ids[0], ids[-1]],
         )
         batches, pause = cursor.fetchone()

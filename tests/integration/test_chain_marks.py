@@ -12,7 +12,6 @@ next run's first success, a decision's confirmed effect, ``recovery_verify`` and
 
 from __future__ import annotations
 
-import contextlib
 from io import StringIO
 
 import pytest
@@ -27,13 +26,6 @@ from tests.flows import action, drive, linear, start
 from tests.integration.test_decisions import request
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(params=["one_call", "separate"])
-def path(request):
-    forced = api.multi_statement() if request.param == "separate" else contextlib.nullcontext()
-    with forced:
-        yield request.param
 
 
 @pytest.fixture

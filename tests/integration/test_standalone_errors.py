@@ -8,8 +8,6 @@ test runs on both paths and expects the same error and nothing written.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -20,13 +18,6 @@ from recovery.subjects import LEDGER_WATERMARK
 from recovery.testing import fingerprints, record
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(params=["one_call", "separate"])
-def path(request):
-    forced = api.multi_statement() if request.param == "separate" else contextlib.nullcontext()
-    with forced:
-        yield request.param
 
 
 def standing(subject):

@@ -8,7 +8,6 @@ the write it refused, and nothing changed.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 
 import pytest
@@ -24,13 +23,6 @@ from tests.providers.alpha.models import Note
 pytestmark = pytest.mark.django_db
 
 _nonces = itertools.count(1)
-
-
-@pytest.fixture(params=["one_call", "separate"])
-def path(request):
-    forced = api.multi_statement() if request.param == "separate" else contextlib.nullcontext()
-    with forced:
-        yield request.param
 
 
 def next_step(subject, fence, **changes):
