@@ -8,7 +8,9 @@ from typing import Any
 from . import growth
 
 TARGET_SPEEDUP = 2.0
-TARGET_COMMITS = 2.0
+# Issue 12: commits per step at the server, counting every transaction, <= 1.2. The same
+# bound is printed for the engine's own and the writing ones (stricter readings come last).
+TARGET_COMMITS = 1.2
 TARGET_RECOVERY = 0.5
 TARGET_TIMER_P99 = 2.0
 
