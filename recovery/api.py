@@ -96,6 +96,7 @@ from .selectors import (
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
+from .services.audit import AuditPass, chain_audit, chain_verify_whole
 from .services.compensation_polls import compensation_pending, compensation_poll
 from .services.compensations import (
     DispatchRefused,
@@ -202,6 +203,7 @@ __all__ = [
     "AnchorStore",
     "AnchorStoreError",
     "Anchored",
+    "AuditPass",
     "AnchorsReport",
     "CanonicalError",
     "ChainBroken",
@@ -269,7 +271,9 @@ __all__ = [
     "atomic",
     "can_transition",
     "canonical_bytes",
+    "chain_audit",
     "chain_verify",
+    "chain_verify_whole",
     "checkpoints_of",
     "compensation_approve",
     "compensation_dispatch",

@@ -9,7 +9,14 @@ from typing import Any, Protocol
 
 from django.db import connection
 
-from recovery.api import Fence, fenced_update, fenced_update_row, insert_row
+from recovery.api import (
+    Fence,
+    Subject,
+    chain_verify_whole,
+    fenced_update,
+    fenced_update_row,
+    insert_row,
+)
 
 from ..db import clock
 from ..definitions import case_text, case_values
@@ -24,6 +31,10 @@ __all__ = ["write_instance", "write_routed"]
 _MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
 """Statuses a derived status would claim although a step this run blocked is stuck."""
 
+ENDS_VERIFIED = frozenset({InstanceStatus.COMPLETED, InstanceStatus.FAILED})
+"""Endings that verify the instance's whole chain first (ADR 0038). Not a cancel: it is
+how an operator stops an instance, and must stay possible on a broken chain."""
+
 
 class Run(Protocol):
     """What the writes need of a run (``services.run.Run`` is one)."""
@@ -32,6 +43,9 @@ class Run(Protocol):
     instance: Instance
     active: dict[int, Token]
     block_reason: str
+
+    @property
+    def subject(self) -> Subject: ...
 
     def update_token(self, token: Token, expected: str, **values: Any) -> None: ...
 
@@ -93,6 +107,12 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         values["completed_at"] = clock()
     if new_status in TERMINAL_STATUSES:
         values["runnable_at"] = None  # nothing will run again: no claim is worth making
+    if new_status in ENDS_VERIFIED and new_status != run.instance.status:
+        # The whole chain, once per instance, in the commit that ends it (ADR 0038): a run
+        # verified only the tail after its mark, and nothing verifies this chain after the
+        # instance ended but the periodic audit. ChainBroken rolls the ending back; the
+        # caller opens the incident and blocks the instance (``blocking``).
+        chain_verify_whole(subject=run.subject, fence=run.fence)
     fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
     run.instance.status = new_status
 
