@@ -125,4 +125,3 @@ def test_a_cancel_is_not_refused_by_a_broken_chain(path, operator):
     tamper(subject_of(instance.pk), 2)
     instance_cancel(instance_id=instance.pk, actor=operator, reason="withdrawn")
     assert Instance.objects.get(pk=instance.pk).status == InstanceStatus.CANCELLED
-
