@@ -25,13 +25,13 @@ from django.db.models.functions import Now
 
 from ..anchors import AnchorIndex
 from ..audits import ChainAudit
-from ..chain import Verification
+from ..chain import VERIFY_ATTEMPTS, Verification, subject_revision
 from ..decided import load_results
 from ..errors import ChainBroken, ChainConflict
 from ..models import Checkpoint, IntegrityIncident
 from ..subjects import Subject
 from ._ledger import verified_head
-from .incidents import anchors_load, subject_verify
+from .incidents import anchors_load, incident_open, subject_check
 from .leases import Fence
 
 __all__ = ["AuditPass", "chain_audit", "chain_verify_whole"]
@@ -110,7 +110,7 @@ def chain_audit(*, subjects: int, settle: float, anchors: bool = True) -> AuditP
     broken: list[tuple[Verification, IntegrityIncident]] = []
     for subject, before in order:
         try:
-            result, incident = subject_verify(subject=subject, anchors=index)
+            result, incident = _verified(subject, index)
         except ChainConflict:
             log.info("%s kept changing while the audit read it; verified at the next pass", subject)
             upto, more = before, True
@@ -121,6 +121,21 @@ def chain_audit(*, subjects: int, settle: float, anchors: bool = True) -> AuditP
             broken.append((result, incident))
     _advance(progress, upto, len(verified), len(broken))
     return AuditPass(tuple(verified), tuple(broken), upto, more)
+
+
+def _verified(subject: Subject, index: AnchorIndex | bool):
+    """``subject_verify``, but a failure is believed only when no commit landed on the
+    chain while it was read: the checkpoints and the operation rows are read by separate
+    statements, and a live subject's commit between them looks like a removed checkpoint.
+    Raises ``ChainConflict`` when the chain kept moving."""
+    for _ in range(VERIFY_ATTEMPTS):
+        before = subject_revision(subject)
+        result = subject_check(subject, anchors=index)
+        if result.ok:
+            return result, None
+        if subject_revision(subject) == before:
+            return result, incident_open(verification=result)
+    raise ChainConflict(f"{subject} kept changing while the audit verified it.")
 
 
 def _subjects_due(after: int, subjects: int, settle: float):

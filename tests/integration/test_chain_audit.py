@@ -125,3 +125,21 @@ def test_the_sweeper_runs_the_audit_when_it_is_due_and_opens_the_incident(settin
     settings.GOVFLOW_CHAIN_AUDIT_INTERVAL = 3600
     grown()
     assert chains_audit_if_due() is None  # not due again within the interval
+
+
+def test_a_commit_landing_while_the_audit_reads_a_chain_is_not_taken_for_tampering(monkeypatch):
+    from recovery.services import audit
+
+    subject = grown()
+    real, raced = audit.subject_check, []
+
+    def racing(subject, **kwargs):
+        if not raced:  # the engine commits a step between the audit's reads
+            raced.append(grown(subject, steps=1))
+            return api.Verification(subject, False, 5, 6, "a row points past the chain's end")
+        return real(subject, **kwargs)
+
+    monkeypatch.setattr(audit, "subject_check", racing)
+    result = chains_audit()
+    assert (audited(result), result.broken) == ([subject], ())
+    assert not IntegrityIncident.objects.exists()
