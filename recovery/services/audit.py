@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 from django.db.models.functions import Now
 
+from .. import chain
 from ..anchors import AnchorIndex
 from ..audits import ChainAudit
 from ..chain import VERIFY_ATTEMPTS, Verification, subject_revision
@@ -34,7 +35,7 @@ from ._ledger import verified_head
 from .incidents import anchors_load, incident_open, subject_check
 from .leases import Fence
 
-__all__ = ["AuditPass", "chain_audit", "chain_verify_whole"]
+__all__ = ["AuditPass", "chain_audit", "chain_mark_drop", "chain_verify_whole"]
 
 log = logging.getLogger("recovery.audit")
 
@@ -69,6 +70,18 @@ def chain_verify_whole(*, subject: Subject, fence: Fence | None = None) -> None:
                 "an integrity incident records it: investigate before anything moves on.",
                 result,
             ) from None
+
+
+def chain_mark_drop(*, fence: Fence) -> None:
+    """Forget the verified mark of the run holding ``fence`` (ADR 0034): its next success
+    reads and verifies the whole chain, as a run's first success does.
+
+    For an owner whose ending commit writes a success under ``fence``: that success is then
+    the whole-chain verification of the ending (the same replay as
+    :func:`chain_verify_whole`, without the decisions' stored results, which their
+    approval verified), and costs no statement of its own.
+    """
+    chain.mark_drop(fence)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from django.db import connection
 from recovery.api import (
     Fence,
     Subject,
+    chain_mark_drop,
     chain_verify_whole,
     fenced_update,
     fenced_update_row,
@@ -43,6 +44,7 @@ class Run(Protocol):
     instance: Instance
     active: dict[int, Token]
     block_reason: str
+    success_follows: bool
 
     @property
     def subject(self) -> Subject: ...
@@ -108,13 +110,27 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
     if new_status in TERMINAL_STATUSES:
         values["runnable_at"] = None  # nothing will run again: no claim is worth making
     if new_status in ENDS_VERIFIED and new_status != run.instance.status:
-        # The whole chain, once per instance, in the commit that ends it (ADR 0038): a run
-        # verified only the tail after its mark, and nothing verifies this chain after the
-        # instance ended but the periodic audit. ChainBroken rolls the ending back; the
-        # caller opens the incident and blocks the instance (``blocking``).
-        chain_verify_whole(subject=run.subject, fence=run.fence)
+        _verify_whole_chain(run)
     fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
     run.instance.status = new_status
+
+
+def _verify_whole_chain(run: Run) -> None:
+    """The whole chain, once per instance, in the commit that ends it (ADR 0038; needs the
+    caller's commit).
+
+    A run verified only the tail after its mark (ADR 0034), and after the end nothing but
+    the periodic audit reads this chain again. When the ending's success is written later
+    in this commit, dropping the run's mark makes that success read and verify the whole
+    chain in its own statements (no extra statement; on PostgreSQL the one statement of
+    ADR 0035 reads the whole chain instead of the tail); otherwise the chain is verified
+    here. ``ChainBroken`` rolls the ending back; the caller opens the incident and blocks
+    the instance (``blocking``).
+    """
+    if run.success_follows:
+        chain_mark_drop(fence=run.fence)
+    else:
+        chain_verify_whole(subject=run.subject, fence=run.fence)
 
 
 def _stuck_reason(run: Run) -> str:
