@@ -6,7 +6,9 @@ at the next full verification. Two full verifications make sure there is always 
 one:
 
 - :func:`chain_verify_whole`, called by the owner in the commit that ends a subject's life
-  (an instance completing): nothing ends over a chain tampered behind a run's mark.
+  (an instance completing): nothing ends over a chain tampered behind a run's mark; or
+  :func:`chain_mark_drop` when that commit writes a success under the run's fence anyway,
+  which then verifies the whole chain itself.
 - :func:`chain_audit`, a bounded pass (the host's sweeper runs it on a slow cadence) over
   the subjects whose chain grew since the audit last verified them, with the anchors
   (ADR 0007): a checkpoint changed after its subject ended is found without anyone asking,
