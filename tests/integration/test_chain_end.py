@@ -20,6 +20,7 @@ from govflow.engine.models import Instance, InstanceStatus, KeptAnswer, Token, T
 from govflow.engine.provider import Failed
 from govflow.engine.registry import registry
 from govflow.engine.services.instances import instance_cancel
+from govflow.handoffs.services.desk import approval_decide
 from recovery import api
 from recovery.models import Checkpoint, IntegrityIncident, Operation
 from tests.engine_helpers import user_with
@@ -125,3 +126,21 @@ def test_a_cancel_is_not_refused_by_a_broken_chain(path, operator):
     tamper(subject_of(instance.pk), 2)
     instance_cancel(instance_id=instance.pk, actor=operator, reason="withdrawn")
     assert Instance.objects.get(pk=instance.pk).status == InstanceStatus.CANCELLED
+
+
+def test_an_ending_without_a_success_verifies_the_whole_chain_itself(path, operator):
+    """The last run records no success (an approval leads to the end): the ending commit
+    verifies the chain itself, and refuses the completion."""
+    waiting = {"id": "sign", "type": "approval", "permission": "engine.operate_instance"}
+    instance = drive(start(linear(action("a"), waiting)))
+    assert instance.status == InstanceStatus.WAITING
+    tamper(subject_of(instance.pk), 2)  # after the run that verified it
+    sign = Token.objects.get(instance=instance, node_id="sign")
+    approval_decide(instance_id=instance.pk, token_id=sign.pk, actor=operator, approved=True)
+    instance = drive(instance)
+    assert instance.status == InstanceStatus.BLOCKED
+    assert instance.completed_at is None
+    assert instance.reason.startswith("Integrity incident #")
+    assert Token.objects.get(pk=sign.pk).state == TokenState.READY
+    subject = subject_of(instance.pk)
+    assert IntegrityIncident.objects.get(subject_id=subject.id, status="open").position == 2
