@@ -96,6 +96,7 @@ from .selectors import (
     provider_findings,
 )
 from .services.anchors import Anchored, anchor_append, anchor_if_due
+from .services.audit import AuditPass, chain_audit, chain_mark_drop, chain_verify_whole
 from .services.compensation_polls import compensation_pending, compensation_poll
 from .services.compensations import (
     DispatchRefused,
@@ -203,6 +204,7 @@ __all__ = [
     "AnchorStoreError",
     "Anchored",
     "AnchorsReport",
+    "AuditPass",
     "CanonicalError",
     "ChainBroken",
     "ChainConflict",
@@ -269,7 +271,10 @@ __all__ = [
     "atomic",
     "can_transition",
     "canonical_bytes",
+    "chain_audit",
+    "chain_mark_drop",
     "chain_verify",
+    "chain_verify_whole",
     "checkpoints_of",
     "compensation_approve",
     "compensation_dispatch",

@@ -354,11 +354,13 @@ class AnchorMark(models.Model):
 
 # The observation and the compensation intent live in modules of their own (this one is
 # full); imported here so Django finds them with the app's models.
+from .audits import ChainAudit  # noqa: E402
 from .compensations import Compensation  # noqa: E402
 from .observations import Observation, ObservationKind  # noqa: E402
 
 __all__ = [
     "AnchorMark",
+    "ChainAudit",
     "Checkpoint",
     "Compensation",
     "Decision",

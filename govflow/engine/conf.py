@@ -16,6 +16,9 @@ from django.conf import settings
 __all__ = [
     "SETTINGS",
     "Setting",
+    "chain_audit_interval",
+    "chain_audit_settle",
+    "chain_audit_subjects",
     "definition_max_bytes",
     "delivery_lease_ttl",
     "lease_ttl",
@@ -159,6 +162,36 @@ SWEEP_DURATION = Setting(
     "successor. Keep it below the django-q2 `timeout` (60 s), or the task is killed every "
     "time. The sweeper in a `qcluster`'s main process has no such limit.",
 )
+CHAIN_AUDIT_INTERVAL = Setting(
+    "GOVFLOW_CHAIN_AUDIT_INTERVAL",
+    60,
+    float,
+    "seconds",
+    False,
+    "how often the sweeper runs a pass of the periodic chain audit at most (ADR 0038): "
+    "each pass verifies, with the anchors, the whole chains that grew since the audit "
+    "last verified them, and opens an integrity incident for a broken one. A pass that "
+    "found more waiting is followed by the next at once",
+)
+CHAIN_AUDIT_SUBJECTS = Setting(
+    "GOVFLOW_CHAIN_AUDIT_SUBJECTS",
+    20,
+    int,
+    "",
+    False,
+    "chains one audit pass verifies at most (each whole, once however much it grew); the "
+    "audit's progress is kept in the database, so a restart goes on where it stopped",
+)
+CHAIN_AUDIT_SETTLE = Setting(
+    "GOVFLOW_CHAIN_AUDIT_SETTLE",
+    60,
+    float,
+    "seconds",
+    False,
+    "checkpoints younger than this (database clock) wait for a later audit pass, so one "
+    "written by a commit still in flight is never passed over; keep it above the longest "
+    "engine transaction",
+)
 DEFINITION_MAX_BYTES = Setting(
     "GOVFLOW_DEFINITION_MAX_BYTES",
     1024 * 1024,
@@ -198,6 +231,9 @@ SETTINGS: tuple[Setting, ...] = (
     SWEEP_FULL_EVERY,
     SWEEP_TIMER_BATCH,
     SWEEP_DURATION,
+    CHAIN_AUDIT_INTERVAL,
+    CHAIN_AUDIT_SUBJECTS,
+    CHAIN_AUDIT_SETTLE,
     DEFINITION_MAX_BYTES,
     VARIABLES_MAX_BYTES,
     PAYLOAD_MAX_BYTES,
@@ -242,6 +278,18 @@ def sweep_timer_batch() -> int:
 
 def sweep_duration() -> float:
     return SWEEP_DURATION.value()
+
+
+def chain_audit_interval() -> float:
+    return CHAIN_AUDIT_INTERVAL.value()
+
+
+def chain_audit_subjects() -> int:
+    return CHAIN_AUDIT_SUBJECTS.value()
+
+
+def chain_audit_settle() -> float:
+    return CHAIN_AUDIT_SETTLE.value()
 
 
 def definition_max_bytes() -> int:

@@ -113,6 +113,9 @@ class Run:
     """The id of the open integrity incident on this instance when it was loaded."""
     no_chain: bool = False
     """A chained dispatch was refused for integrity: dispatch each step in its own commit."""
+    success_follows: bool = False
+    """A success of this run's fence is written later in the commit being prepared
+    (``settle.succeed``): an ending verifies the whole chain through it (ADR 0038)."""
     committed_status: str = ""
     """The instance's status as of this run's last commit (its events: ``emit``)."""
     _depth: int = 0

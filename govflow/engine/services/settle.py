@@ -215,7 +215,13 @@ def succeed(
     output = dict(result.output)
     extra = dict(extra or {})
     reason = extra.pop("reason", "")
-    complete_with_output(run, token, node, output, expected=expected, reason=reason, extra=extra)
+    run.success_follows = True  # an ending verifies its whole chain through it (ADR 0038)
+    try:
+        complete_with_output(
+            run, token, node, output, expected=expected, reason=reason, extra=extra
+        )
+    finally:
+        run.success_follows = False
     observation = Observation(
         key=key,
         state=OperationState.EFFECT_CONFIRMED if by else OperationState.SUCCEEDED,

@@ -53,6 +53,7 @@ from ..models import (
     WaitKind,
 )
 from ..queue import enqueue_sweep, instance_mark_runnable, instances_mark_runnable
+from .chain_audit import chains_audit_if_due
 from .saga_requeue import saga_requeue_candidates
 from .timers import timers_fire_only
 from .triggers import delivery_consume
@@ -204,7 +205,8 @@ class Sweeper:
     2. While holding it, pass after pass: fire due timers (batch after batch without a
        pause while batches come back full), re-enqueue orphaned and stuck instances, and
        every ``GOVFLOW_SWEEP_FULL_EVERY`` seconds retry buffered trigger messages, and
-       anchor new chain heads when due (``recovery.api.anchor_if_due``); renew the lease
+       anchor new chain heads when due (``recovery.api.anchor_if_due``), audit the whole
+       chains that grew when due (``chain_audit.chains_audit_if_due``); renew the lease
        after every pass. Each write is fenced, so a sweeper that lost its lease
        unnoticed changes nothing.
     3. ``StaleFence`` means another sweeper took over: a standby sweeper goes back to 1,
@@ -309,6 +311,7 @@ class Sweeper:
                     self.stats["deliveries"] += deliveries_retry()
                     last_full = time.monotonic()
                 anchor_if_due()  # chain heads outside the database (docs/recovery.md)
+                chains_audit_if_due()  # whole chains that grew, on a slow cadence (ADR 0038)
             self.stats["passes"] += 1
             lease_renew(fence=fence, ttl=self.ttl)
             if deadline is not None and time.monotonic() >= deadline:

@@ -9,7 +9,15 @@ from typing import Any, Protocol
 
 from django.db import connection
 
-from recovery.api import Fence, fenced_update, fenced_update_row, insert_row
+from recovery.api import (
+    Fence,
+    Subject,
+    chain_mark_drop,
+    chain_verify_whole,
+    fenced_update,
+    fenced_update_row,
+    insert_row,
+)
 
 from ..db import clock
 from ..definitions import case_text, case_values
@@ -24,6 +32,10 @@ __all__ = ["write_instance", "write_routed"]
 _MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
 """Statuses a derived status would claim although a step this run blocked is stuck."""
 
+ENDS_VERIFIED = frozenset({InstanceStatus.COMPLETED, InstanceStatus.FAILED})
+"""Endings that verify the instance's whole chain first (ADR 0038). Not a cancel: it is
+how an operator stops an instance, and must stay possible on a broken chain."""
+
 
 class Run(Protocol):
     """What the writes need of a run (``services.run.Run`` is one)."""
@@ -32,6 +44,10 @@ class Run(Protocol):
     instance: Instance
     active: dict[int, Token]
     block_reason: str
+    success_follows: bool
+
+    @property
+    def subject(self) -> Subject: ...
 
     def update_token(self, token: Token, expected: str, **values: Any) -> None: ...
 
@@ -93,8 +109,28 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         values["completed_at"] = clock()
     if new_status in TERMINAL_STATUSES:
         values["runnable_at"] = None  # nothing will run again: no claim is worth making
+    if new_status in ENDS_VERIFIED and new_status != run.instance.status:
+        _verify_whole_chain(run)
     fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
     run.instance.status = new_status
+
+
+def _verify_whole_chain(run: Run) -> None:
+    """The whole chain, once per instance, in the commit that ends it (ADR 0038; needs the
+    caller's commit).
+
+    A run verified only the tail after its mark (ADR 0034), and after the end nothing but
+    the periodic audit reads this chain again. When the ending's success is written later
+    in this commit, dropping the run's mark makes that success read and verify the whole
+    chain in its own statements (no extra statement; on PostgreSQL the one statement of
+    ADR 0035 reads the whole chain instead of the tail); otherwise the chain is verified
+    here. ``ChainBroken`` rolls the ending back; the caller opens the incident and blocks
+    the instance (``blocking``).
+    """
+    if run.success_follows:
+        chain_mark_drop(fence=run.fence)
+    else:
+        chain_verify_whole(subject=run.subject, fence=run.fence)
 
 
 def _stuck_reason(run: Run) -> str:
