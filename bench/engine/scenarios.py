@@ -282,15 +282,16 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
     )
     stopped, held = _stop_holding(first, ids)
     took = None  # not taken over within PAUSE_LIMIT (a paused holder's row lock, say)
+    taken: set[str] = set()
+    released: set[str] = set()
     try:
         while time.monotonic() - stopped < PAUSE_LIMIT:
             second.group.check()
-            fences = gdb.fences_of(list(held))
-            if all(fences.get(key, 0) > fence for key, fence in held.items()):
+            taken, released = gdb.takeover_progress(held)
+            if len(taken | released) == len(held):
                 took = time.monotonic() - stopped
                 break
             time.sleep(0.05)
-        taken = sum(gdb.fences_of(list(held)).get(k, 0) > f for k, f in held.items())
     finally:
         os.killpg(first.group.pgid, signal.SIGCONT)
     statuses = gdb.wait_settled(
@@ -303,7 +304,8 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
         "workers": workers,
         "instances": len(ids),
         "held_at_stop": len(held),
-        "taken_over": taken,
+        "taken_over": len(taken),
+        "released_by_holder": len(released),
         "takeover_seconds": took,
         "pause_limit": PAUSE_LIMIT,
         "lease_ttl": float(overrides.get("GOVFLOW_LEASE_TTL", 30)),
@@ -313,17 +315,19 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
 
 
 def _stop_holding(cluster, ids: list[int]) -> tuple[float, dict[str, int]]:
-    """SIGSTOP ``cluster`` at a moment it holds instance leases; (when, {key: fence})."""
+    """SIGSTOP ``cluster`` at a moment it holds instance leases; (when, {key: fence}) of
+    the leases its own processes hold (not another cluster's)."""
     import os
     import signal
 
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while time.monotonic() < deadline:
         cluster.group.check()
-        if gdb.held_leases(ids):
+        pids = cluster.group.pids()
+        if gdb.held_leases(ids, pids):
             os.killpg(cluster.group.pgid, signal.SIGSTOP)
             stopped = time.monotonic()
-            held = gdb.held_leases(ids)  # what the paused cluster holds now
+            held = gdb.held_leases(ids, pids)  # what the paused cluster holds now
             if held:
                 return stopped, held
             os.killpg(cluster.group.pgid, signal.SIGCONT)
