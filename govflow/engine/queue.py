@@ -10,12 +10,14 @@ Claims take the oldest marks first (``ORDER BY runnable_at``): the mark is the i
 place in line (ADR 0037).
 
 1. **A mark keeps an earlier place.** An instance already marked since an earlier moment
-   keeps that moment (:data:`KEEP_PLACE`): a timer, a message, a decision or a dead
-   holder's lease expired while it waited or ran does not send it behind the instances
+   keeps that moment (:data:`KEEP_PLACE`): a timer, a message or a decision while it
+   waited, or its dead worker's lease expired, does not send it behind the instances
    marked since. An instance without a mark, or with a deferred one (below), is marked
    from now.
-2. **A run that stopped with work left goes to the back** (:func:`instance_mark_runnable_behind`):
-   it had its turn; every instance that waited meanwhile goes first.
+2. **A run that ended with work left goes to the back**: stopped at its budget
+   (:func:`instance_mark_runnable_behind`), or marked again while it ran
+   (:func:`runnable_clear` keeps that mark, from the run's end). It had its turn; every
+   instance that waited meanwhile goes first.
 3. **A deferred mark names its moment** (:func:`instance_mark_runnable_after`,
    :func:`runnable_defer`): a poll due later, a retry after an unexpected error. No claim
    takes the instance before then, unless a mark of rule 1 makes it runnable now.
@@ -132,14 +134,24 @@ def instance_mark_runnable_after(instance_id: int, seconds: float) -> None:
 def runnable_clear(*, instance_id: int, wakeups: int) -> bool:
     """Clear an instance's mark unless it was marked again since ``wakeups`` was read.
 
-    Needs the caller's commit (the run's lease release). Returns whether it cleared it.
+    A mark made meanwhile (while the run held the lease) stays, behind the instances that
+    waited (rule 2: the instance had its turn; its mark still carried the claimed place),
+    unless it is deferred (rule 3). Needs the caller's commit (the run's lease release).
+    Returns whether it cleared it.
     """
+    d = engine_dialect()
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET runnable_at = NULL WHERE id = %s AND wakeups = %s",
             [instance_id, wakeups],
         )
-        return cursor.rowcount == 1
+        if cursor.rowcount == 1:
+            return True
+        cursor.execute(
+            f"UPDATE {_TABLE} SET runnable_at = {d.now} WHERE id = %s AND runnable_at <= {d.now}",
+            [instance_id],
+        )
+        return False
 
 
 def runnable_defer(*, instance_id: int, wakeups: int, seconds: float) -> bool:

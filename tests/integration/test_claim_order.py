@@ -93,6 +93,30 @@ def test_a_run_that_stopped_with_work_left_goes_behind_the_instances_that_waited
     assert claim_order() == [*waiting, long], "it had its turn: the others go first"
 
 
+def test_a_mark_made_while_the_instance_ran_goes_behind_the_instances_that_waited():
+    """The run had its turn at the claimed place; what was marked meanwhile is work for
+    another run, after the others."""
+    timed = start(linear(node("t", "timer", duration="PT1H"), key="tests.order")).pk
+    waiting = backlog(2)
+    marked_ago([timed], 60)
+    marked_ago(waiting, 30)
+    [claim] = instances_claim(holder="pusher", limit=1, ttl=30)
+    assert claim.instance_id == timed
+    instance_mark_runnable(timed)  # a message, while the run holds the lease
+    report = instance_run(instance_id=timed, worker="worker-1", claim=claim)
+    assert report.status == InstanceStatus.WAITING
+    assert claim_order() == [*waiting, timed]
+
+
+def test_a_deferred_mark_made_while_the_instance_ran_keeps_its_time():
+    timed = start(linear(node("t", "timer", duration="PT1H"), key="tests.order")).pk
+    [claim] = instances_claim(holder="pusher", limit=1, ttl=30)
+    instance_mark_runnable_after(timed, 3600)  # a compensation's next poll, say
+    instance_run(instance_id=timed, worker="worker-1", claim=claim)
+    assert claim_order() == []
+    assert Instance.objects.filter(pk=timed, runnable_at__gt=Now()).exists()
+
+
 def test_a_deferred_mark_is_honoured_until_its_time():
     polled, failed = backlog(2)
     instance_mark_runnable_after(polled, 3600)  # a compensation's next poll, in an hour
