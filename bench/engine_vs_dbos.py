@@ -71,31 +71,17 @@ from bench.engine import govflow_side as gf  # noqa: E402
 from bench.pgserver import BenchSetupError, postgres_server  # noqa: E402
 from bench.report import save_targets  # noqa: E402
 
-SCENARIOS = ("throughput", "growth", "recovery", "pause", "timers")
-"""What ``--only`` may choose, in the order a full run measures them (``recovery`` runs
-GovFlow's and DBOS's recovery: its target is a ratio of the two)."""
-
-
-def scenario_list(text: str) -> tuple[str, ...]:
-    """The scenarios named in ``--only`` (comma-separated), in the order they run."""
-    chosen = {name.strip() for name in text.split(",") if name.strip()}
-    unknown = sorted(chosen - set(SCENARIOS))
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"unknown scenario(s) {', '.join(unknown) or '(none given)'}: choose from "
-            f"{','.join(SCENARIOS)}, e.g. --only pause,recovery"
-        )
-    return tuple(name for name in SCENARIOS if name in chosen)
-
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--only",
-        type=scenario_list,
-        default=SCENARIOS,
+        type=scenarios.scenario_list,
+        default=scenarios.SCENARIOS,
         metavar="NAME,NAME,…",
-        help=f"run only these scenarios and print only their targets ({','.join(SCENARIOS)})",
+        help="run only these scenarios and print only their sections and targets ("
+        + ",".join(scenarios.SCENARIOS)
+        + ")",
     )
     parser.add_argument("--quick", action="store_true", help="a smaller run (about 4 minutes)")
     parser.add_argument("--n", type=int, help="workflows per throughput run (default 500)")

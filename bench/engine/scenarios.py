@@ -7,6 +7,7 @@ kills every process group either way.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,23 @@ PAUSE_LIMIT = 60.0
 """Seconds the pause scenario waits for the takeover before it resumes the paused one."""
 TIMER_WATCH = 20.0
 """Seconds after the timers' due time during which their instances' completions count."""
+
+
+SCENARIOS = ("throughput", "growth", "recovery", "pause", "timers")
+"""What ``--only`` may choose, in the order a full run measures them (``recovery`` runs
+GovFlow's and DBOS's recovery: its target is a ratio of the two)."""
+
+
+def scenario_list(text: str) -> tuple[str, ...]:
+    """The scenarios named in ``--only`` (comma-separated), in the order they run."""
+    chosen = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(chosen - set(SCENARIOS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario(s) {', '.join(unknown) or '(none given)'}: choose from "
+            f"{','.join(SCENARIOS)}, e.g. --only pause,recovery"
+        )
+    return tuple(name for name in SCENARIOS if name in chosen)
 
 
 @dataclass
