@@ -3,6 +3,7 @@
     make bench                        # runs this after the ledger benchmark (bench/run.py)
     .venv/bin/python bench/engine_vs_dbos.py [--quick] [--n N] [--recovery-n N] [--timers N]
         [--workers 1,2,4] [--in-flight 100,1000,10000] [--lengths 5,200] [--growth-steps N]
+        [--only throughput,growth,recovery,pause,timers]
 
 Measures, in one run: steps/s of 5-step no-op workflows with 1, 2 and 4 worker processes
 (GovFlow through one real ``manage.py qcluster`` with N workers and its main process
@@ -11,7 +12,8 @@ statements per GovFlow step, cost growth (GovFlow's steps/s and CPU per step wit
 1,000 and 10,000 instances in flight, and in instances of 5 and of 200 steps:
 :mod:`bench.engine.growth`), the time to settle 1,000 in-flight workflows after a SIGKILL
 of every worker (and where that time goes), and the fire lag of 10,000 GovFlow timers due
-at one instant. Prints the figures side by side and the targets, met or not. Exits 0
+at one instant. Prints the figures side by side and the targets, met or not (``--only``
+runs the chosen scenarios alone and prints only their sections and targets). Exits 0
 whether or not the targets are met, non-zero if the benchmark itself fails. Every process
 group it started and a throwaway server it started are stopped at the end, also on error
 or Ctrl-C.
@@ -72,6 +74,15 @@ from bench.report import save_targets  # noqa: E402
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only",
+        type=scenarios.scenario_list,
+        default=scenarios.SCENARIOS,
+        metavar="NAME,NAME,…",
+        help="run only these scenarios and print only their sections and targets ("
+        + ",".join(scenarios.SCENARIOS)
+        + ")",
+    )
     parser.add_argument("--quick", action="store_true", help="a smaller run (about 4 minutes)")
     parser.add_argument("--n", type=int, help="workflows per throughput run (default 500)")
     parser.add_argument("--recovery-n", type=int, help="workflows in flight (default 1000)")
@@ -207,23 +218,7 @@ def run(args: argparse.Namespace) -> dict:
             say(f"server: {server.origin}; migrating GovFlow's template database")
             gf.setup_django(server, "gf_template", log_dir)
             results["environment"] = {"lines": environment(server, cfg, dbos_version)}
-            results["govflow_tput"], results["dbos_tput"] = [], []
-            for workers in cfg.throughput_workers:
-                say(f"GovFlow throughput, {workers} worker process(es)")
-                results["govflow_tput"].append(
-                    scenarios.govflow_throughput(server, cfg, workers, detail=workers == 1)
-                )
-                say(f"DBOS throughput, {workers} worker process(es)")
-                results["dbos_tput"].append(scenarios.dbos_throughput(server, cfg, workers))
-            results["govflow_growth"] = growth.run(server, cfg, cfg.growth, say)
-            say(f"GovFlow recovery of {cfg.recovery_n} workflows")
-            results["govflow_recovery"] = scenarios.govflow_recovery(server, cfg)
-            say(f"DBOS recovery of {cfg.recovery_n} workflows")
-            results["dbos_recovery"] = scenarios.dbos_recovery(server, cfg)
-            say(f"GovFlow pause: SIGSTOP of a working cluster, {cfg.recovery_n} workflows")
-            results["govflow_pause"] = scenarios.govflow_pause(server, cfg)
-            say(f"GovFlow timers: {cfg.timers} due at once")
-            results["govflow_timers"] = scenarios.govflow_timers(server, cfg)
+            _run_scenarios(server, cfg, args.only, results, say)
             results["kill_fraction"] = cfg.kill_fraction
             load = os.getloadavg()
             results["environment"]["lines"].append(
@@ -239,6 +234,32 @@ def run(args: argparse.Namespace) -> dict:
                 connections.close_all()
     results["elapsed"] = time.monotonic() - say.began
     return results
+
+
+def _run_scenarios(server, cfg: scenarios.Config, only, results: dict, say: Progress) -> None:
+    """Run the chosen scenarios in ``results``; a section not run is absent from it."""
+    if "throughput" in only:
+        results["govflow_tput"], results["dbos_tput"] = [], []
+        for workers in cfg.throughput_workers:
+            say(f"GovFlow throughput, {workers} worker process(es)")
+            results["govflow_tput"].append(
+                scenarios.govflow_throughput(server, cfg, workers, detail=workers == 1)
+            )
+            say(f"DBOS throughput, {workers} worker process(es)")
+            results["dbos_tput"].append(scenarios.dbos_throughput(server, cfg, workers))
+    if "growth" in only:
+        results["govflow_growth"] = growth.run(server, cfg, cfg.growth, say)
+    if "recovery" in only:
+        say(f"GovFlow recovery of {cfg.recovery_n} workflows")
+        results["govflow_recovery"] = scenarios.govflow_recovery(server, cfg)
+        say(f"DBOS recovery of {cfg.recovery_n} workflows")
+        results["dbos_recovery"] = scenarios.dbos_recovery(server, cfg)
+    if "pause" in only:
+        say(f"GovFlow pause: SIGSTOP of a working cluster, {cfg.recovery_n} workflows")
+        results["govflow_pause"] = scenarios.govflow_pause(server, cfg)
+    if "timers" in only:
+        say(f"GovFlow timers: {cfg.timers} due at once")
+        results["govflow_timers"] = scenarios.govflow_timers(server, cfg)
 
 
 def main(argv: list[str] | None = None) -> int:

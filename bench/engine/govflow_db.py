@@ -177,18 +177,42 @@ def taken_over_since(ids: set[int], since: dt.datetime) -> tuple[int, float | No
     return row["n"], None if last is None else (last - since).total_seconds()
 
 
-def held_leases(ids: list[int]) -> dict[str, int]:
-    """``{key: fence}`` of the live instance leases among ``ids`` (database clock)."""
+def held_leases(ids: list[int], pids: set[int] | None = None) -> dict[str, int]:
+    """``{key: fence}`` of the live instance leases among ``ids`` (database clock); with
+    ``pids``, only those whose holder is one of these processes (a cluster's group)."""
     from django.db.models.functions import Now
 
     from recovery.models import Lease
 
     keys = [f"instance:{pk}" for pk in ids]
-    return dict(
-        Lease.objects.filter(key__in=keys, holder__isnull=False, expires_at__gt=Now()).values_list(
-            "key", "fence"
+    rows = Lease.objects.filter(
+        key__in=keys, holder__isnull=False, expires_at__gt=Now()
+    ).values_list("key", "fence", "holder")
+    return {key: fence for key, fence, holder in rows if pids is None or holder_pid(holder) in pids}
+
+
+def takeover_progress(held: dict[str, int]) -> tuple[set[str], set[str]]:
+    """Of the leases a stopped cluster ``held`` ({key: fence}): (taken over: another
+    holder's newer fence; released: no holder, the same fence, and no run due).
+
+    A lease released at its fence while its holder is stopped was released by a commit
+    the holder had sent before the stop took hold (the instance ended, or waits): there is
+    nothing to take over. Released with a run due, another holder's claim is still to
+    come, and it counts once taken.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT l.key, l.fence, l.holder IS NULL AND (i.runnable_at IS NULL "
+            "OR i.runnable_at > clock_timestamp()) FROM recovery_lease l "
+            "JOIN engine_instance i ON l.key = 'instance:' || i.id WHERE l.key = ANY(%s)",
+            [list(held)],
         )
-    )
+        rows = cursor.fetchall()
+    taken = {key for key, fence, _ in rows if fence > held[key]}
+    released = {key for key, fence, idle in rows if fence == held[key] and idle}
+    return taken, released
 
 
 def fences_of(keys: list[str]) -> dict[str, int]:

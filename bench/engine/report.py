@@ -35,7 +35,163 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
     for line in env["lines"]:
         out(line)
     out("")
+    if r.get("govflow_tput"):
+        _print_throughput(r, out)
+    if r.get("govflow_growth"):
+        growth.print_report(r["govflow_growth"], out)
+        out("")
+    if r.get("govflow_recovery"):
+        _print_recovery(r, out)
+    if r.get("govflow_timers"):
+        _print_timers(r, out)
+    pause = r.get("govflow_pause")
+    if pause:
+        out(
+            f"Pause (GovFlow): {pause['instances']} workflows on cluster a (workers="
+            f"{pause['workers']}), cluster b started beside it on the same host; SIGSTOP of "
+            f"cluster a's process group; GOVFLOW_LEASE_TTL={pause['lease_ttl']:g}"
+        )
+        took = pause["takeover_seconds"]
+        released = pause.get("released_by_holder", 0)
+        when = (
+            f"all taken over {_f(took, 2)} s after the SIGSTOP"
+            if took is not None
+            else f"{pause['taken_over']} taken over within {pause['pause_limit']:g} s, then "
+            "the paused cluster was resumed"
+        )
+        if released:
+            when += (
+                f" ({released} released by the paused cluster itself, a commit sent before "
+                "the stop: nothing to take over)"
+            )
+        out(
+            f"  takeover: {pause['held_at_stop']} instance lease(s) held by the paused "
+            f"cluster, {when}; then both drained: {_statuses(pause['statuses'])}; advance "
+            f"tasks run (claims) per workflow {pause['runs_per_instance']:.2f}"
+        )
+        out("")
 
+    out("Targets")
+    targets = evaluate(r)
+    width = max(len(figure) for figure, *_ in targets)
+    for figure, value, target, ok in targets:
+        out(f"  {figure:<{width}} {value:<34} {target:<24} {_met(ok)}")
+    out("")
+    out(f"Total benchmark time {r['elapsed']:.0f} s; logs in {r['log_dir']}")
+
+
+def evaluate(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(figure, value, target, met) of every target whose scenario ran; met is None when
+    there is no figure."""
+    targets = _throughput_targets(r) if r.get("govflow_tput") else []
+    if r.get("govflow_recovery"):
+        g, d = r["govflow_recovery"], r["dbos_recovery"]
+        targets.append(
+            (
+                "recovery: restart -> every workflow settled",
+                f"{g['seconds']:.1f} s vs {d['seconds']:.1f} s",
+                f"<= {TARGET_RECOVERY:g} x DBOS's time",
+                g["seconds"] <= TARGET_RECOVERY * d["seconds"],
+            )
+        )
+    pause = r.get("govflow_pause")
+    if pause:
+        limit, took = pause["lease_ttl"] + 2, pause["takeover_seconds"]
+        targets.append(
+            (
+                "takeover after a SIGSTOP pause",
+                f"{took:.2f} s" if took is not None else f"> {pause['pause_limit']:g} s",
+                f"<= lease ttl + 2 s ({limit:g} s)",
+                took is not None and took <= limit,
+            )
+        )
+    if r.get("govflow_growth"):
+        targets += growth.evaluate(r["govflow_growth"])
+    runs = [
+        (f"throughput, {gfr['workers']} worker(s)", gfr["runs_per_instance"])
+        for gfr in r.get("govflow_tput", [])
+    ]
+    if pause:
+        runs.append(("pause", pause["runs_per_instance"]))
+    if r.get("govflow_growth"):
+        runs += growth.claims_over_needed(r["govflow_growth"])
+    if runs:
+        run, worst = max(runs, key=lambda pair: pair[1])
+        targets.append(
+            (
+                "tasks/claims per instance, over its runs",
+                f"{worst:.2f} (worst: {run})",
+                "<= 1.2",
+                worst <= 1.2,
+            )
+        )
+    if r.get("govflow_timers"):
+        p99 = r["govflow_timers"]["lag"]["p99"]
+        targets.append(
+            (
+                "timer fire lag p99",
+                f"{p99:.2f} s" if p99 is not None else "n/a",
+                f"<= {TARGET_TIMER_P99:g} s",
+                None if p99 is None else p99 <= TARGET_TIMER_P99,
+            )
+        )
+    return targets
+
+
+def _throughput_targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    targets = []
+    for gfr, dbr in zip(r["govflow_tput"], r["dbos_tput"], strict=True):
+        ratio = gfr["steps_per_s"] / dbr["steps_per_s"]
+        targets.append(
+            (
+                f"steps/s vs DBOS, {gfr['workers']} worker process(es)",
+                f"{ratio:.2f}x ({gfr['steps_per_s']:.1f} vs {dbr['steps_per_s']:.1f})",
+                f">= {TARGET_SPEEDUP:g}x DBOS",
+                ratio >= TARGET_SPEEDUP,
+            )
+        )
+    # Three readings of "commits per non-atomic step", strictest last: the engine's own
+    # commits (one instance in-process, lease included), the transactions at the server
+    # that wrote anything (django-q2's queue and the sweeper included), and every
+    # transaction at the server (read-only ones and django-q2's health checks included).
+    one = r["govflow_tput"][0].get("one_instance")
+    if one:
+        engine = one["run_commits"] / 5
+        targets.append(
+            (
+                "commits per non-atomic step, the engine's own",
+                f"{engine:.2f} (one instance in-process)",
+                f"<= {TARGET_COMMITS:g}",
+                engine <= TARGET_COMMITS,
+            )
+        )
+    wrote = max(gfr["per_step"]["write_commits"] for gfr in r["govflow_tput"])
+    targets.append(
+        (
+            "commits per step at the server, writing ones",
+            f"{wrote:.2f} (worst run)",
+            f"<= {TARGET_COMMITS:g} (+0.05)",
+            wrote <= TARGET_COMMITS + 0.05,
+        )
+    )
+    worst = max(gfr["per_step"]["commits"] for gfr in r["govflow_tput"])
+    targets.append(
+        (
+            "commits per step at the server, all (xact_commit)",
+            f"{worst:.2f} (worst run)",
+            f"<= {TARGET_COMMITS:g} (+0.05)",
+            worst <= TARGET_COMMITS + 0.05,
+        )
+    )
+    return targets
+
+
+def _statuses(statuses: dict[str, int]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in sorted(statuses.items()))
+
+
+def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
+    """Throughput and cost per step, side by side."""
     out(
         f"Throughput: {r['throughput_n']} workflows x 5 steps per run, after a warm-up; "
         "first enqueue to last completion (database clock)"
@@ -159,10 +315,9 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
             out(f"    {per_step:5.2f}  {text[:110]}")
     out("")
 
-    if r.get("govflow_growth"):
-        growth.print_report(r["govflow_growth"], out)
-        out("")
 
+def _print_recovery(r: dict[str, Any], out: Callable[[str], None]) -> None:
+    """Recovery after a SIGKILL, side by side, and where the time goes."""
     g, d = r["govflow_recovery"], r["dbos_recovery"]
     out(
         f"Recovery: {g['instances']} workflows started, SIGKILL of every worker process group "
@@ -240,6 +395,9 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
         out(f"  GovFlow steps not completed: {tokens} (outcome_unknown = killed after dispatch)")
     out("")
 
+
+def _print_timers(r: dict[str, Any], out: Callable[[str], None]) -> None:
+    """Timer fire lag."""
     t = r["govflow_timers"]
     lag = t["lag"]
     out(
@@ -261,132 +419,3 @@ def print_report(r: dict[str, Any], out: Callable[[str], None] = print) -> None:
         f"{t['runs_per_instance']:.2f}; setup (bulk rows) took {_f(t['setup_seconds'], 1)} s"
     )
     out("")
-    pause = r.get("govflow_pause")
-    if pause:
-        out(
-            f"Pause (GovFlow): {pause['instances']} workflows on cluster a (workers="
-            f"{pause['workers']}), cluster b started beside it on the same host; SIGSTOP of "
-            f"cluster a's process group; GOVFLOW_LEASE_TTL={pause['lease_ttl']:g}"
-        )
-        took = pause["takeover_seconds"]
-        when = (
-            f"all taken over {_f(took, 2)} s after the SIGSTOP"
-            if took is not None
-            else f"{pause['taken_over']} taken over within {pause['pause_limit']:g} s, then "
-            "the paused cluster was resumed"
-        )
-        out(
-            f"  takeover: {pause['held_at_stop']} instance lease(s) held by the paused "
-            f"cluster, {when}; then both drained: {_statuses(pause['statuses'])}; advance "
-            f"tasks run (claims) per workflow {pause['runs_per_instance']:.2f}"
-        )
-        out("")
-
-    out("Targets")
-    targets = evaluate(r)
-    width = max(len(figure) for figure, *_ in targets)
-    for figure, value, target, ok in targets:
-        out(f"  {figure:<{width}} {value:<34} {target:<24} {_met(ok)}")
-    out("")
-    out(f"Total benchmark time {r['elapsed']:.0f} s; logs in {r['log_dir']}")
-
-
-def evaluate(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
-    """(figure, value, target, met) of every target; met is None when there is no figure."""
-    targets = []
-    for gfr, dbr in zip(r["govflow_tput"], r["dbos_tput"], strict=True):
-        ratio = gfr["steps_per_s"] / dbr["steps_per_s"]
-        targets.append(
-            (
-                f"steps/s vs DBOS, {gfr['workers']} worker process(es)",
-                f"{ratio:.2f}x ({gfr['steps_per_s']:.1f} vs {dbr['steps_per_s']:.1f})",
-                f">= {TARGET_SPEEDUP:g}x DBOS",
-                ratio >= TARGET_SPEEDUP,
-            )
-        )
-    # Three readings of "commits per non-atomic step", strictest last: the engine's own
-    # commits (one instance in-process, lease included), the transactions at the server
-    # that wrote anything (django-q2's queue and the sweeper included), and every
-    # transaction at the server (read-only ones and django-q2's health checks included).
-    one = r["govflow_tput"][0].get("one_instance")
-    if one:
-        engine = one["run_commits"] / 5
-        targets.append(
-            (
-                "commits per non-atomic step, the engine's own",
-                f"{engine:.2f} (one instance in-process)",
-                f"<= {TARGET_COMMITS:g}",
-                engine <= TARGET_COMMITS,
-            )
-        )
-    wrote = max(gfr["per_step"]["write_commits"] for gfr in r["govflow_tput"])
-    targets.append(
-        (
-            "commits per step at the server, writing ones",
-            f"{wrote:.2f} (worst run)",
-            f"<= {TARGET_COMMITS:g} (+0.05)",
-            wrote <= TARGET_COMMITS + 0.05,
-        )
-    )
-    worst = max(gfr["per_step"]["commits"] for gfr in r["govflow_tput"])
-    targets.append(
-        (
-            "commits per step at the server, all (xact_commit)",
-            f"{worst:.2f} (worst run)",
-            f"<= {TARGET_COMMITS:g} (+0.05)",
-            worst <= TARGET_COMMITS + 0.05,
-        )
-    )
-    g, d = r["govflow_recovery"], r["dbos_recovery"]
-    targets.append(
-        (
-            "recovery: restart -> every workflow settled",
-            f"{g['seconds']:.1f} s vs {d['seconds']:.1f} s",
-            f"<= {TARGET_RECOVERY:g} x DBOS's time",
-            g["seconds"] <= TARGET_RECOVERY * d["seconds"],
-        )
-    )
-    pause = r.get("govflow_pause")
-    if pause:
-        limit, took = pause["lease_ttl"] + 2, pause["takeover_seconds"]
-        targets.append(
-            (
-                "takeover after a SIGSTOP pause",
-                f"{took:.2f} s" if took is not None else f"> {pause['pause_limit']:g} s",
-                f"<= lease ttl + 2 s ({limit:g} s)",
-                took is not None and took <= limit,
-            )
-        )
-    if r.get("govflow_growth"):
-        targets += growth.evaluate(r["govflow_growth"])
-    runs = [
-        (f"throughput, {gfr['workers']} worker(s)", gfr["runs_per_instance"])
-        for gfr in r["govflow_tput"]
-    ]
-    if pause:
-        runs.append(("pause", pause["runs_per_instance"]))
-    if r.get("govflow_growth"):
-        runs += growth.claims_over_needed(r["govflow_growth"])
-    run, worst = max(runs, key=lambda pair: pair[1])
-    targets.append(
-        (
-            "tasks/claims per instance, over its runs",
-            f"{worst:.2f} (worst: {run})",
-            "<= 1.2",
-            worst <= 1.2,
-        )
-    )
-    p99 = r["govflow_timers"]["lag"]["p99"]
-    targets.append(
-        (
-            "timer fire lag p99",
-            f"{p99:.2f} s" if p99 is not None else "n/a",
-            f"<= {TARGET_TIMER_P99:g} s",
-            None if p99 is None else p99 <= TARGET_TIMER_P99,
-        )
-    )
-    return targets
-
-
-def _statuses(statuses: dict[str, int]) -> str:
-    return " ".join(f"{k}:{v}" for k, v in sorted(statuses.items()))

@@ -7,6 +7,7 @@ kills every process group either way.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,23 @@ PAUSE_LIMIT = 60.0
 """Seconds the pause scenario waits for the takeover before it resumes the paused one."""
 TIMER_WATCH = 20.0
 """Seconds after the timers' due time during which their instances' completions count."""
+
+
+SCENARIOS = ("throughput", "growth", "recovery", "pause", "timers")
+"""What ``--only`` may choose, in the order a full run measures them (``recovery`` runs
+GovFlow's and DBOS's recovery: its target is a ratio of the two)."""
+
+
+def scenario_list(text: str) -> tuple[str, ...]:
+    """The scenarios named in ``--only`` (comma-separated), in the order they run."""
+    chosen = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(chosen - set(SCENARIOS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario(s) {', '.join(unknown) or '(none given)'}: choose from "
+            f"{','.join(SCENARIOS)}, e.g. --only pause,recovery"
+        )
+    return tuple(name for name in SCENARIOS if name in chosen)
 
 
 @dataclass
@@ -282,15 +300,16 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
     )
     stopped, held = _stop_holding(first, ids)
     took = None  # not taken over within PAUSE_LIMIT (a paused holder's row lock, say)
+    taken: set[str] = set()
+    released: set[str] = set()
     try:
         while time.monotonic() - stopped < PAUSE_LIMIT:
             second.group.check()
-            fences = gdb.fences_of(list(held))
-            if all(fences.get(key, 0) > fence for key, fence in held.items()):
+            taken, released = gdb.takeover_progress(held)
+            if len(taken | released) == len(held):
                 took = time.monotonic() - stopped
                 break
             time.sleep(0.05)
-        taken = sum(gdb.fences_of(list(held)).get(k, 0) > f for k, f in held.items())
     finally:
         os.killpg(first.group.pgid, signal.SIGCONT)
     statuses = gdb.wait_settled(
@@ -303,7 +322,8 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
         "workers": workers,
         "instances": len(ids),
         "held_at_stop": len(held),
-        "taken_over": taken,
+        "taken_over": len(taken),
+        "released_by_holder": len(released),
         "takeover_seconds": took,
         "pause_limit": PAUSE_LIMIT,
         "lease_ttl": float(overrides.get("GOVFLOW_LEASE_TTL", 30)),
@@ -313,17 +333,19 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
 
 
 def _stop_holding(cluster, ids: list[int]) -> tuple[float, dict[str, int]]:
-    """SIGSTOP ``cluster`` at a moment it holds instance leases; (when, {key: fence})."""
+    """SIGSTOP ``cluster`` at a moment it holds instance leases; (when, {key: fence}) of
+    the leases its own processes hold (not another cluster's)."""
     import os
     import signal
 
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while time.monotonic() < deadline:
         cluster.group.check()
-        if gdb.held_leases(ids):
+        pids = cluster.group.pids()
+        if gdb.held_leases(ids, pids):
             os.killpg(cluster.group.pgid, signal.SIGSTOP)
             stopped = time.monotonic()
-            held = gdb.held_leases(ids)  # what the paused cluster holds now
+            held = gdb.held_leases(ids, pids)  # what the paused cluster holds now
             if held:
                 return stopped, held
             os.killpg(cluster.group.pgid, signal.SIGCONT)

@@ -6,6 +6,22 @@ work left) marks it so in the same transaction: :func:`instances_mark_runnable` 
 ``runnable_at`` (database clock) and counts the mark in ``wakeups``. There is no separate
 enqueue that could be lost, go stale or multiply.
 
+Claims take the oldest marks first (``ORDER BY runnable_at``): the mark is the instance's
+place in line (ADR 0037).
+
+1. **A mark keeps an earlier place.** An instance already marked since an earlier moment
+   keeps that moment (:data:`KEEP_PLACE`): a timer, a message or a decision while it
+   waited, or its dead worker's lease expired, does not send it behind the instances
+   marked since. An instance without a mark, or with a deferred one (below), is marked
+   from now.
+2. **A run that ended with work left goes to the back**: stopped at its budget
+   (:func:`instance_mark_runnable_behind`), or marked again while it ran
+   (:func:`runnable_clear` keeps that mark, from the run's end). It had its turn; every
+   instance that waited meanwhile goes first.
+3. **A deferred mark names its moment** (:func:`instance_mark_runnable_after`,
+   :func:`runnable_defer`): a poll due later, a retry after an unexpected error. No claim
+   takes the instance before then, unless a mark of rule 1 makes it runnable now.
+
 Workers take runnable instances with :func:`instances_claim`: one statement picks up to
 ``limit`` of them that no live lease holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
 claimers pass each other by) and takes their instance leases in the same statement
@@ -43,6 +59,17 @@ _KEY = "'instance:' || {}"
 """An instance's lease key in SQL (``run.instance_lease_key``), from its id column."""
 
 
+KEEP_PLACE = "CASE WHEN runnable_at <= {now} THEN runnable_at ELSE {now} END"
+"""``runnable_at`` after a mark (rule 1): an earlier mark is kept; no mark (NULL compares
+as unknown) or one in the future (deferred) becomes now. A ``CASE`` and not ``LEAST``:
+PostgreSQL's ``LEAST`` passes over NULL, SQLite's ``min()`` returns it."""
+
+
+def keep_place_sql(now: str) -> str:
+    """:data:`KEEP_PLACE` with ``now``, the database clock expression of the statement."""
+    return KEEP_PLACE.format(now=now)
+
+
 @dataclass(frozen=True)
 class Claim:
     """An instance a worker claimed: its lease (taken for ``holder``) and its mark count."""
@@ -59,7 +86,8 @@ def instance_mark_runnable(instance_id: int) -> None:
 
 
 def instances_mark_runnable(instance_ids: Iterable[int]) -> int:
-    """Mark instances runnable from now (database clock); needs the caller's commit.
+    """Mark instances runnable now (database clock), each keeping an earlier place in
+    line if it has one (rule 1 above); needs the caller's commit.
 
     The commit whose change they act on: the mark commits or rolls back with it. Not
     fenced: a mark is no state of the instance, only a hint that a run is worth claiming,
@@ -72,17 +100,28 @@ def instances_mark_runnable(instance_ids: Iterable[int]) -> int:
         with connection.cursor() as cursor:
             # One list parameter instead of an IN list of thousands: one prepared statement.
             cursor.execute(
-                f"UPDATE {_TABLE} SET runnable_at = {d.now}, wakeups = wakeups + 1 "
-                f"WHERE id {d.id_in}",
+                f"UPDATE {_TABLE} SET runnable_at = {keep_place_sql(d.now)}, "
+                f"wakeups = wakeups + 1 WHERE id {d.id_in}",
                 [d.list_param(ids[start : start + BULK_BATCH])],
             )
     return len(ids)
 
 
+def instance_mark_runnable_behind(instance_id: int) -> None:
+    """Mark one instance runnable from now, behind every instance marked before (rule 2):
+    a run that stopped at its budget with work left. Needs the caller's commit."""
+    d = engine_dialect()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_TABLE} SET runnable_at = {d.now}, wakeups = wakeups + 1 WHERE id = %s",
+            [instance_id],
+        )
+
+
 def instance_mark_runnable_after(instance_id: int, seconds: float) -> None:
-    """Mark one instance runnable ``seconds`` from now (database clock); needs the caller's
-    commit. Counted like any mark, so the run that made it does not clear it: a pending
-    compensation's next poll (``saga``)."""
+    """Mark one instance runnable ``seconds`` from now (database clock; rule 3); needs the
+    caller's commit. Counted like any mark, so the run that made it does not clear it: a
+    pending compensation's next poll (``saga``)."""
     d = engine_dialect()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -95,20 +134,30 @@ def instance_mark_runnable_after(instance_id: int, seconds: float) -> None:
 def runnable_clear(*, instance_id: int, wakeups: int) -> bool:
     """Clear an instance's mark unless it was marked again since ``wakeups`` was read.
 
-    Needs the caller's commit (the run's lease release). Returns whether it cleared it.
+    A mark made meanwhile (while the run held the lease) stays, behind the instances that
+    waited (rule 2: the instance had its turn; its mark still carried the claimed place),
+    unless it is deferred (rule 3). Needs the caller's commit (the run's lease release).
+    Returns whether it cleared it.
     """
+    d = engine_dialect()
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET runnable_at = NULL WHERE id = %s AND wakeups = %s",
             [instance_id, wakeups],
         )
-        return cursor.rowcount == 1
+        if cursor.rowcount == 1:
+            return True
+        cursor.execute(
+            f"UPDATE {_TABLE} SET runnable_at = {d.now} WHERE id = %s AND runnable_at <= {d.now}",
+            [instance_id],
+        )
+        return False
 
 
 def runnable_defer(*, instance_id: int, wakeups: int, seconds: float) -> bool:
-    """Move an instance's mark ``seconds`` into the future unless it was marked again
-    since ``wakeups`` was read: a run that failed unexpectedly is not claimed again at
-    once, in a loop. Needs the caller's commit. Returns whether it moved the mark."""
+    """Move an instance's mark ``seconds`` into the future (rule 3) unless it was marked
+    again since ``wakeups`` was read: a run that failed unexpectedly is not claimed again
+    at once, in a loop. Needs the caller's commit. Returns whether it moved the mark."""
     d = engine_dialect()
     with connection.cursor() as cursor:
         cursor.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -203,6 +204,100 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
     assert late.outcome == "succeeded" and late.values["stored"] == "p" and not late.applied
     assert effects.call_count() == 1, "nobody called the provider again"
     assert first.alive() and second.alive()
+
+
+def test_a_worker_stopped_inside_its_step_transaction_is_taken_over_within_the_lease(workspace):
+    """A worker SIGSTOPped inside a step's transaction keeps its row locks (its lease row
+    share-locked by the fenced write, its instance row) for as long as it is stopped. The
+    other host's claim passes those rows by (ADR 0026) until the server ends the stopped
+    session, idle in its transaction, at the lease TTL (ADR 0035): the instance is taken
+    over within TTL + 2 s of the stop, not when the worker resumes."""
+    ws = workspace
+    dirs = {"host-a": own_pause_dir(ws, "pause-a"), "host-b": own_pause_dir(ws, "pause-b")}
+    for folder in dirs.values():
+        (Path(folder) / "in_atomic_step").touch()  # whichever host claims it parks there
+    clusters = {
+        host: ws.start_cluster(GOVFLOW_HOST_ID=host, ALPHA_PAUSE_DIR=folder)
+        for host, folder in dirs.items()
+    }
+    for cluster in clusters.values():
+        wait_for(lambda c=cluster: len(c.pids()) >= 4, timeout=60, what="both clusters to start")
+    document = linear(action("n", name="alpha.note"), action("a"), key="proc.pause_in_tx")
+    instance = instance_start(
+        definition=definition_publish(document=document), variables={"value": "t"}
+    )
+    ws.watch(instance.pk)
+    reached = {host: Path(folder) / "in_atomic_step.reached" for host, folder in dirs.items()}
+    wait_for(
+        lambda: any(path.exists() for path in reached.values()),
+        timeout=60,
+        interval=0.02,
+        what="a worker parked inside its atomic step's transaction",
+        explain=ws.report,
+    )
+    host = next(host for host, path in reached.items() if path.exists())
+    stopped = clusters[host]
+    paused = time.monotonic()
+    os.killpg(stopped.pgid, signal.SIGSTOP)
+    other = next(name for name in dirs if name != host)
+    (Path(dirs[other]) / "in_atomic_step").unlink()  # the other host runs the step through
+    worker = int(reached[host].read_text())
+    held = live_instance_leases(host)
+    try:
+        # What the other host's claim has to pass by: the stopped worker's transaction.
+        assert idle_in_transaction(worker), "the stopped worker is not inside its transaction"
+        wait_for(
+            lambda: status(instance.pk) == InstanceStatus.COMPLETED,
+            timeout=LEASE_TTL + 30,
+            interval=0.05,
+            what=f"{other} to take the stopped worker's instance over and complete it",
+            explain=ws.report,
+        )
+        took = time.monotonic() - paused
+        print(f"\n[{other} completed the stopped worker's instance {took:.2f} s after SIGSTOP]")
+        assert took <= LEASE_TTL + 2.0, f"took {took:.2f} s"
+        assert not idle_in_transaction(worker), "the server ended the stopped session"
+        fences = dict(Lease.objects.filter(key__in=list(held)).values_list("key", "fence"))
+        assert all(fences[key] > fence for key, fence in held.items()), (held, fences)
+    finally:
+        (Path(dirs[host]) / "in_atomic_step").unlink(missing_ok=True)
+        os.killpg(stopped.pgid, signal.SIGCONT)
+    # The stopped transaction rolled back: one note, written by the other host's run.
+    from tests.providers.alpha.models import Note
+
+    notes = list(Note.objects.filter(instance_id=instance.pk).values_list("text", flat=True))
+    assert notes == ["t"], notes
+    assert all(cluster.alive() for cluster in clusters.values())
+
+
+def idle_in_transaction(pid: int) -> bool:
+    """Whether a session of process ``pid`` is idle inside a transaction right now."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE client_port IS NOT NULL "
+            "AND state = 'idle in transaction' AND client_port = ANY(%s)",
+            [client_ports(pid)],
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def client_ports(pid: int) -> list[int]:
+    """The local TCP ports of process ``pid``'s connections (from /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def decided(instance_id: int) -> dict:

@@ -68,7 +68,7 @@ from ..conf import lease_ttl, max_steps_per_run, run_budget
 from ..db import clock, engine_commit
 from ..liveness import worker_name
 from ..models import InstanceStatus, Token, TokenState, WaitKind
-from ..queue import Claim, instance_mark_runnable, runnable_clear, runnable_defer
+from ..queue import Claim, instance_mark_runnable_behind, runnable_clear, runnable_defer
 from ..states import TERMINAL_STATUSES
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
@@ -345,7 +345,8 @@ def _lease_release_and_requeue(
             released = lease_release_if_held(fence=fence)
             if check and _runnable(run.instance.pk, run.blocked, asks=True).exists():
                 report.more = True
-                instance_mark_runnable(run.instance.pk)
+                # It had its turn: behind every instance that waited meanwhile (ADR 0037).
+                instance_mark_runnable_behind(run.instance.pk)
             elif released and claim is not None and report.settled:
                 runnable_clear(instance_id=claim.instance_id, wakeups=claim.wakeups)
             elif released and claim is not None and not report.stale:

@@ -169,7 +169,11 @@ def dead_holders_expire(*, fence: Fence) -> int:
 
 
 def _dead_lease_expire(fence: Fence, lease: Fence) -> bool:
-    """Expire a dead holder's instance lease and mark the instance runnable (own commit)."""
+    """Expire a dead holder's instance lease and mark the instance runnable (own commit).
+
+    The instance keeps the mark it was claimed with (``queue.KEEP_PLACE``, ADR 0037): it
+    has waited longest, so the next claim takes it ahead of the backlog marked since.
+    """
     with engine_commit():
         lease_require_live(fence=fence, doing="expire a dead holder's lease")
         if not lease_expire(fence=lease):

@@ -8,13 +8,14 @@ lease, by the database clock (invariant I9), with every write conditional on tha
 from __future__ import annotations
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import Case, F, When
 
 from recovery.api import Fence, fence_condition, fenced_update, lease_require_live
 
 from ..conf import sweep_timer_batch
 from ..db import EngineDialect, clock, engine_commit, engine_dialect
 from ..models import Instance, Timer, TimerState, Token, TokenState, WaitKind
+from ..queue import keep_place_sql
 
 __all__ = ["fire_statement", "timers_fire", "timers_fire_only"]
 
@@ -70,7 +71,8 @@ def fire_statement(
       statement changes nothing at all, and so neither do the two that follow, which only
       touch what it fired.
     - ``ready`` makes their tokens ready; ``marked`` marks their instances runnable
-      (``runnable_at``, ``wakeups``: ``queue.instances_mark_runnable``). The UPDATEs find their rows
+      (``runnable_at``, ``wakeups``: ``queue.instances_mark_runnable``; an instance already
+      marked keeps its place in line, ADR 0037). The UPDATEs find their rows
       by primary key only (``= ANY(ARRAY(…))``): with a join, or a condition on the token's
       state, the planner may scan every waiting token against the batch when its
       statistics predate a burst of new timers (seconds for 10,000 timers). A token that
@@ -97,7 +99,8 @@ def fire_statement(
         f"      THEN {d.now} ELSE updated_at END"
         f"  WHERE id = ANY(ARRAY(SELECT token_id FROM fired))"
         f"), marked AS ("
-        f"  UPDATE {instance} SET runnable_at = {d.now}, wakeups = wakeups + 1"
+        f"  UPDATE {instance} SET runnable_at = {keep_place_sql(d.now)},"
+        f"    wakeups = wakeups + 1"
         f"  WHERE id = ANY(ARRAY(SELECT instance_id FROM fired))"
         f") SELECT instance_id FROM fired"
     )
@@ -148,7 +151,8 @@ def _fire_statement_by_statement(fence: Fence, limit: int) -> list[int]:
     fenced_update(
         Instance.objects.filter(pk__in=instance_ids),
         fence=fence,
-        runnable_at=clock(),
+        # An instance already marked keeps its place in line (queue.KEEP_PLACE).
+        runnable_at=Case(When(runnable_at__lte=clock(), then=F("runnable_at")), default=clock()),
         wakeups=F("wakeups") + 1,
     )
     return instance_ids

@@ -68,6 +68,7 @@ def _atomic(context):
 
     scripted = _scripted(context.action)
     Note.objects.create(instance_id=context.instance_id, text=context.input["value"])
+    effects.pause_point("in_atomic_step")  # inside the step's transaction, rows locked
     if scripted == "raise":
         raise RuntimeError("atomic provider failed")
     if scripted is not None:
