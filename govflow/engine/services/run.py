@@ -106,6 +106,9 @@ class Run:
     """This run's step and time budget; a step is chained only within it."""
     released: bool = False
     """The lease was released in the commit that ended the instance."""
+    mark_cleared: bool = False
+    """The commit that ended the instance also cleared its runnable mark (``writes``):
+    the claimed run has no mark left to clear after it (ADR 0039)."""
     recorded_projection: str = ""
     """The newest projection fingerprint the instance's chain holds (as of this run's
     last commit); '' for an instance that has none yet."""
@@ -164,7 +167,7 @@ class Run:
         except BaseException:
             if outermost:
                 self.recorded_projection = before
-                self.released = False
+                self.released = self.mark_cleared = False
             raise
         else:
             if outermost:
@@ -221,7 +224,7 @@ class Run:
         self.recorded_projection = fresh.recorded_projection
         self.integrity_incident = fresh.integrity_incident
         self.committed_status = fresh.committed_status
-        self.released = False
+        self.released = self.mark_cleared = False
 
     # -- the lease while a step runs ----------------------------------------------------
 

@@ -32,6 +32,7 @@ class Run(Protocol):
     instance: Instance
     active: dict[int, Token]
     block_reason: str
+    mark_cleared: bool
 
     def update_token(self, token: Token, expected: str, **values: Any) -> None: ...
 
@@ -93,6 +94,7 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         values["completed_at"] = clock()
     if new_status in TERMINAL_STATUSES:
         values["runnable_at"] = None  # nothing will run again: no claim is worth making
+        run.mark_cleared = True
     fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
     run.instance.status = new_status
 
