@@ -22,7 +22,17 @@ from .compensation_reads import (
     compensations_of,
     compensations_waiting,
 )
-from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined, multi_statement
+from .db import (
+    Dialect,
+    atomic,
+    dialect,
+    dialect_of,
+    insert_row,
+    joined,
+    model_columns,
+    multi_statement,
+    rows_as,
+)
 from .errors import (
     AnchorStoreError,
     CanonicalError,
@@ -337,6 +347,7 @@ __all__ = [
     "leases_held",
     "leases_live",
     "leases_stale",
+    "model_columns",
     "multi_statement",
     "observation_record",
     "observations_of",
@@ -359,6 +370,7 @@ __all__ = [
     "projection_register",
     "provider_findings",
     "revision_require",
+    "rows_as",
     "schema_problems",
     "schema_validator",
     "subject_revision",

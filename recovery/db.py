@@ -8,7 +8,7 @@ would be most of its cost. Everything else uses the ORM.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -169,3 +169,42 @@ def _insert_sql(model, shape: tuple[str, ...], vendor: str) -> str:
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
         f"VALUES ({', '.join(values)}) RETURNING {quote(meta.pk.column)}"
     )
+
+
+@functools.lru_cache(maxsize=64)
+def model_columns(model, prefix: str = "") -> str:
+    """The select list of ``model``'s concrete columns in field order, each column as
+    ``prefix.column`` when ``prefix`` is given: the first columns :func:`rows_as` reads."""
+    quote = connection.ops.quote_name
+    head = f"{prefix}." if prefix else ""
+    return ", ".join(f"{head}{quote(field.column)}" for field in model._meta.concrete_fields)
+
+
+def rows_as(model, rows: Iterable[Sequence], extras: Sequence[str] = ()) -> list:
+    """Model instances from rows selected with :func:`model_columns` (then ``extras``).
+
+    For hot paths that load a row or two per run: what ``Model.objects.raw`` does (the
+    database's and the fields' value converters, ``Model.from_db``), without building its
+    query and column map at every call. Each extra column is set as the attribute named
+    in ``extras``, unconverted.
+    """
+    fields = model._meta.concrete_fields
+    names = [field.attname for field in fields]
+    cols = [field.get_col(model._meta.db_table) for field in fields]
+    converters = [
+        (index, col, convs)
+        for index, (field, col) in enumerate(zip(fields, cols, strict=True))
+        if (convs := connection.ops.get_db_converters(col) + field.get_db_converters(connection))
+    ]
+    width = len(fields)
+    objects = []
+    for row in rows:
+        values = list(row[:width])
+        for index, col, convs in converters:
+            for convert in convs:
+                values[index] = convert(values[index], col, connection)
+        obj = model.from_db(connection.alias, names, values)
+        for name, value in zip(extras, row[width:], strict=True):
+            setattr(obj, name, value)
+        objects.append(obj)
+    return objects

@@ -34,8 +34,10 @@ from recovery.api import (
     incident_report,
     lease_release,
     lease_renew,
+    model_columns,
     projection_head_sql,
     projection_record,
+    rows_as,
 )
 
 from ..conf import lease_ttl
@@ -384,11 +386,15 @@ def load_run(instance_id: int, fence: Fence) -> Run | None:
         integrity_incident=instance.integrity_incident,
         committed_status=str(instance.status),
     )
-    states = sorted(str(state) for state in TOKEN_ACTIVE)
-    for token in Token.objects.raw(
-        f"SELECT * FROM {quote(Token._meta.db_table)} "
-        f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in states)})",
-        [instance_id, *states],
-    ):
-        run.active[token.pk] = token
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {model_columns(Token)} FROM {quote(Token._meta.db_table)} "
+            f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in _ACTIVE)})",
+            [instance_id, *_ACTIVE],
+        )
+        for token in rows_as(Token, cursor.fetchall()):
+            run.active[token.pk] = token
     return run
+
+
+_ACTIVE = sorted(str(state) for state in TOKEN_ACTIVE)
