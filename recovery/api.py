@@ -23,6 +23,7 @@ from .compensation_reads import (
     compensations_waiting,
 )
 from .db import (
+    CompiledAt,
     Dialect,
     atomic,
     dialect,
@@ -222,6 +223,7 @@ __all__ = [
     "CompensationRefused",
     "CompensationTrigger",
     "CompensationView",
+    "CompiledAt",
     "ConflictError",
     "ContradictoryObservation",
     "DecisionConflict",

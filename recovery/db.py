@@ -7,8 +7,9 @@ would be most of its cost. Everything else uses the ORM.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -208,3 +209,44 @@ def rows_as(model, rows: Iterable[Sequence], extras: Sequence[str] = ()) -> list
             setattr(obj, name, value)
         objects.append(obj)
     return objects
+
+
+_STAND_IN = dt.datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=dt.UTC)
+"""The time a :class:`CompiledAt` read is compiled with, replaced by the real one at each
+call: a value no real read asks for."""
+
+
+class CompiledAt:
+    """A read that takes a time, compiled by the ORM once per database vendor.
+
+    For reads a loop makes several times a second (the sweeper's): ``build(now)`` returns
+    the queryset (``values_list`` of one column); it is compiled once with a stand-in time,
+    and each call runs that text with the stand-in's parameters replaced by ``now`` —
+    the same statement the ORM would build, without building it again. ``build`` must
+    use ``now`` only as a parameter (a filter value), never to shape the query.
+    """
+
+    def __init__(self, build: Callable[[dt.datetime], object]) -> None:
+        self.build = build
+        self.compiled: dict[str, tuple[str, tuple, tuple[int, ...]]] = {}
+
+    def __call__(self, now: dt.datetime) -> list:
+        compiled = self.compiled.get(connection.vendor)
+        if compiled is None:
+            sql, params = self.build(_STAND_IN).query.sql_with_params()
+            stand_in = _time_param(_STAND_IN)
+            at = tuple(i for i, param in enumerate(params) if param == stand_in)
+            compiled = self.compiled[connection.vendor] = (sql, tuple(params), at)
+        sql, params, at = compiled
+        values = list(params)
+        for index in at:
+            values[index] = _time_param(now)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            return [row[0] for row in cursor.fetchall()]
+
+
+def _time_param(moment: dt.datetime) -> object:
+    from django.db.models import DateTimeField
+
+    return DateTimeField().get_db_prep_value(moment, connection)
