@@ -33,7 +33,9 @@ statements, one commit); the first step's dispatch in its own commit when nothin
 it in this run made it ready (token, head, operation, checkpoint); releasing the lease,
 in the commit that ended the instance (1 statement, and 1 to make sure no other branch is
 stuck), or else in a commit of its own that also checks for work released meanwhile (2
-statements). The last step inserts no next token and records its outcome alone.
+statements). The last step inserts no next token and records its outcome alone. A claimed
+run (ADR 0026) costs the same commits: the commit that ends the instance also clears its
+runnable mark (ADR 0039).
 """
 
 from __future__ import annotations
