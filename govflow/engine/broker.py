@@ -29,7 +29,7 @@ from time import monotonic, sleep
 from typing import Any
 
 from django.core.signing import TimestampSigner
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -102,13 +102,17 @@ class ClaimBroker(ORM):
         """Ordinary tasks of django-q2's queue, claimed as ``ORM.dequeue`` claims them.
 
         Looked up by one statement whose text is built once, not by a queryset built at
-        every dequeue; on the default database, where the claim runs too.
+        every dequeue, when the queue is on the default database (where the claim runs).
         """
         self._queue_looked = monotonic()
         queue = OrmQ.objects.using(Conf.ORM)
-        with connection.cursor() as cursor:
-            cursor.execute(_queued_sql(), [self.list_key, _lock_param(timezone.now()), Conf.BULK])
-            tasks = rows_as(OrmQ, cursor.fetchall())
+        if Conf.ORM != DEFAULT_DB_ALIAS:  # django-q2's queue elsewhere: its own query
+            tasks = list(queue.filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK])
+        else:
+            with connection.cursor() as cursor:
+                now = _lock_param(timezone.now())
+                cursor.execute(_queued_sql(), [self.list_key, now, Conf.BULK])
+                tasks = rows_as(OrmQ, cursor.fetchall())
         until = timezone.now() + timedelta(seconds=Conf.RETRY)
         return [
             (task.pk, task.payload)
