@@ -22,7 +22,18 @@ from .compensation_reads import (
     compensations_of,
     compensations_waiting,
 )
-from .db import Dialect, atomic, dialect, dialect_of, insert_row, joined, multi_statement
+from .db import (
+    CompiledAt,
+    Dialect,
+    atomic,
+    dialect,
+    dialect_of,
+    insert_row,
+    joined,
+    model_columns,
+    multi_statement,
+    rows_as,
+)
 from .errors import (
     AnchorStoreError,
     CanonicalError,
@@ -214,6 +225,7 @@ __all__ = [
     "CompensationRefused",
     "CompensationTrigger",
     "CompensationView",
+    "CompiledAt",
     "ConflictError",
     "ContradictoryObservation",
     "DecisionConflict",
@@ -342,6 +354,7 @@ __all__ = [
     "leases_held",
     "leases_live",
     "leases_stale",
+    "model_columns",
     "multi_statement",
     "observation_record",
     "observations_of",
@@ -364,6 +377,7 @@ __all__ = [
     "projection_register",
     "provider_findings",
     "revision_require",
+    "rows_as",
     "schema_problems",
     "schema_validator",
     "subject_revision",

@@ -5,12 +5,14 @@ Writes are :mod:`recovery.services.compensations`; import both through ``recover
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q
 
 from .compensations import Compensation
+from .db import CompiledAt
 from .states import CompensationApproval, OperationState
 from .subjects import Subject
 
@@ -108,22 +110,33 @@ def compensation_subjects_due(*, subject_type: str, now, limit: int = 500) -> li
     failed or uncertain compensation (a person's turn). A subject's owner
     queues them again when no live lease holds them (the engine's sweep).
     """
-    mine = Compensation.objects.filter(subject_type=subject_type)
-    # A saga that stopped at a failed or uncertain compensation waits for a person.
-    halted = mine.filter(
-        operation__state__in=[
-            OperationState.FAILED,
-            OperationState.OUTCOME_UNKNOWN,
-            OperationState.EFFECT_ABSENT,
-        ]
-    ).values("subject_id")
-    due = mine.filter(
-        Q(operation__state=OperationState.DISPATCHED)
-        | Q(operation__state=OperationState.PENDING, not_before__lte=now)
-        | Q(operation__state=OperationState.PREPARED)
-        & (Q(approval=CompensationApproval.AUTOMATIC) | Q(decision__isnull=False))
-    ).exclude(subject_id__in=halted)
-    return list(due.values_list("subject_id", flat=True).distinct()[:limit])
+    return _subjects_due(subject_type, limit)(now)
+
+
+@functools.lru_cache(maxsize=16)
+def _subjects_due(subject_type: str, limit: int) -> CompiledAt:
+    """The read of :func:`compensation_subjects_due`, compiled once (the sweep asks it
+    every pass)."""
+
+    def build(now):
+        mine = Compensation.objects.filter(subject_type=subject_type)
+        # A saga that stopped at a failed or uncertain compensation waits for a person.
+        halted = mine.filter(
+            operation__state__in=[
+                OperationState.FAILED,
+                OperationState.OUTCOME_UNKNOWN,
+                OperationState.EFFECT_ABSENT,
+            ]
+        ).values("subject_id")
+        due = mine.filter(
+            Q(operation__state=OperationState.DISPATCHED)
+            | Q(operation__state=OperationState.PENDING, not_before__lte=now)
+            | Q(operation__state=OperationState.PREPARED)
+            & (Q(approval=CompensationApproval.AUTOMATIC) | Q(decision__isnull=False))
+        ).exclude(subject_id__in=halted)
+        return due.values_list("subject_id", flat=True).distinct()[:limit]
+
+    return CompiledAt(build)
 
 
 def compensations_waiting(*, subject_type: str):

@@ -7,8 +7,9 @@ would be most of its cost. Everything else uses the ORM.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -169,3 +170,83 @@ def _insert_sql(model, shape: tuple[str, ...], vendor: str) -> str:
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
         f"VALUES ({', '.join(values)}) RETURNING {quote(meta.pk.column)}"
     )
+
+
+@functools.lru_cache(maxsize=64)
+def model_columns(model, prefix: str = "") -> str:
+    """The select list of ``model``'s concrete columns in field order, each column as
+    ``prefix.column`` when ``prefix`` is given: the first columns :func:`rows_as` reads."""
+    quote = connection.ops.quote_name
+    head = f"{prefix}." if prefix else ""
+    return ", ".join(f"{head}{quote(field.column)}" for field in model._meta.concrete_fields)
+
+
+def rows_as(model, rows: Iterable[Sequence], extras: Sequence[str] = ()) -> list:
+    """Model instances from rows selected with :func:`model_columns` (then ``extras``).
+
+    For hot paths that load a row or two per run: what ``Model.objects.raw`` does (the
+    database's and the fields' value converters, ``Model.from_db``), without building its
+    query and column map at every call. Each extra column is set as the attribute named
+    in ``extras``, unconverted.
+    """
+    fields = model._meta.concrete_fields
+    names = [field.attname for field in fields]
+    cols = [field.get_col(model._meta.db_table) for field in fields]
+    converters = [
+        (index, col, convs)
+        for index, (field, col) in enumerate(zip(fields, cols, strict=True))
+        if (convs := connection.ops.get_db_converters(col) + field.get_db_converters(connection))
+    ]
+    width = len(fields)
+    objects = []
+    for row in rows:
+        values = list(row[:width])
+        for index, col, convs in converters:
+            for convert in convs:
+                values[index] = convert(values[index], col, connection)
+        obj = model.from_db(connection.alias, names, values)
+        for name, value in zip(extras, row[width:], strict=True):
+            setattr(obj, name, value)
+        objects.append(obj)
+    return objects
+
+
+_STAND_IN = dt.datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=dt.UTC)
+"""The time a :class:`CompiledAt` read is compiled with, replaced by the real one at each
+call: a value no real read asks for."""
+
+
+class CompiledAt:
+    """A read that takes a time, compiled by the ORM once per database vendor.
+
+    For reads a loop makes several times a second (the sweeper's): ``build(now)`` returns
+    the queryset (``values_list`` of one column); it is compiled once with a stand-in time,
+    and each call runs that text with the stand-in's parameters replaced by ``now`` —
+    the same statement the ORM would build, without building it again. ``build`` must
+    use ``now`` only as a parameter (a filter value), never to shape the query.
+    """
+
+    def __init__(self, build: Callable[[dt.datetime], object]) -> None:
+        self.build = build
+        self.compiled: dict[str, tuple[str, tuple, tuple[int, ...]]] = {}
+
+    def __call__(self, now: dt.datetime) -> list:
+        compiled = self.compiled.get(connection.vendor)
+        if compiled is None:
+            sql, params = self.build(_STAND_IN).query.sql_with_params()
+            stand_in = _time_param(_STAND_IN)
+            at = tuple(i for i, param in enumerate(params) if param == stand_in)
+            compiled = self.compiled[connection.vendor] = (sql, tuple(params), at)
+        sql, params, at = compiled
+        values = list(params)
+        for index in at:
+            values[index] = _time_param(now)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            return [row[0] for row in cursor.fetchall()]
+
+
+def _time_param(moment: dt.datetime) -> object:
+    from django.db.models import DateTimeField
+
+    return DateTimeField().get_db_prep_value(moment, connection)

@@ -83,6 +83,12 @@ class RecoveryMode(models.TextChoices):
     IRREVERSIBLE = "irreversible", _("Irreversible (needs a pinned approval)")
 
 
+OBSERVABLE: frozenset[str] = frozenset(OperationState.values) - INITIAL
+"""States an observation may record. ``TextChoices.values`` builds a new list at every
+access: the ledger asks at every step, so the sets are made once here."""
+RECOVERY_MODES: frozenset[str] = frozenset(RecoveryMode.values)
+
+
 class DecisionKind(models.TextChoices):
     EFFECT_CONFIRMED = "effect_confirmed", _("Effect confirmed")
     EFFECT_ABSENT = "effect_absent", _("Effect absent")

@@ -21,18 +21,22 @@ that never ends leaves it to the next claim after its lease.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from datetime import timedelta
-from time import sleep
+from time import monotonic, sleep
 from typing import Any
 
 from django.core.signing import TimestampSigner
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
+from django_q.models import OrmQ
 from django_q.signing import PickleSerializer
+
+from recovery.api import model_columns, rows_as
 
 from .conf import lease_ttl
 from .liveness import worker_name
@@ -65,6 +69,9 @@ def claim_task(claim: Claim) -> dict[str, Any]:
 class ClaimBroker(ORM):
     """django-q2's ORM broker, whose dequeue first claims runnable instances."""
 
+    _queue_looked: float = float("-inf")
+    """When this broker last asked django-q2's own queue (monotonic clock)."""
+
     def dequeue(self) -> list[tuple[Any, str]] | None:
         self.get_connection()  # closes a connection gone stale, as the ORM broker does
         claims = _claim()
@@ -78,16 +85,34 @@ class ClaimBroker(ORM):
             )
             for claim in claims
         ]
-        found.extend(self._queued())
+        if len(claims) < claim_batch() or self._queue_due():
+            found.extend(self._queued())
         if found:
             return found
         sleep(Conf.POLL)  # nothing to do: spare the CPU, as the ORM broker does
         return None
 
+    def _queue_due(self) -> bool:
+        """While claims fill whole batches, django-q2's own queue is asked once per poll
+        interval, not at every dequeue: an ordinary task waits at most ``Conf.POLL`` more,
+        as it would behind an idle pusher's pause (ADR 0039)."""
+        return monotonic() - self._queue_looked >= Conf.POLL
+
     def _queued(self) -> list[tuple[Any, str]]:
-        """Ordinary tasks of django-q2's queue, claimed as ``ORM.dequeue`` claims them."""
-        queue = self.get_connection()
-        tasks = list(queue.filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK])
+        """Ordinary tasks of django-q2's queue, claimed as ``ORM.dequeue`` claims them.
+
+        Looked up by one statement whose text is built once, not by a queryset built at
+        every dequeue, when the queue is on the default database (where the claim runs).
+        """
+        self._queue_looked = monotonic()
+        queue = OrmQ.objects.using(Conf.ORM)
+        if Conf.ORM != DEFAULT_DB_ALIAS:  # django-q2's queue elsewhere: its own query
+            tasks = list(queue.filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK])
+        else:
+            with connection.cursor() as cursor:
+                now = _lock_param(timezone.now())
+                cursor.execute(_queued_sql(), [self.list_key, now, Conf.BULK])
+                tasks = rows_as(OrmQ, cursor.fetchall())
         until = timezone.now() + timedelta(seconds=Conf.RETRY)
         return [
             (task.pk, task.payload)
@@ -102,6 +127,22 @@ class ClaimBroker(ORM):
     def fail(self, task_id: Any) -> None:
         if not str(task_id).startswith(CLAIM_ACK):
             super().fail(task_id)
+
+
+@functools.cache
+def _queued_sql() -> str:
+    """``ORM.dequeue``'s query of django-q2's queue (a key's tasks whose lock has passed),
+    its text built once."""
+    meta, quote = OrmQ._meta, connection.ops.quote_name
+    key, lock = (quote(meta.get_field(name).column) for name in ("key", "lock"))
+    return (
+        f"SELECT {model_columns(OrmQ)} FROM {quote(meta.db_table)} "
+        f"WHERE {key} = %s AND {lock} < %s LIMIT %s"
+    )
+
+
+def _lock_param(moment):
+    return OrmQ._meta.get_field("lock").get_db_prep_value(moment, connection)
 
 
 def _claim() -> list[Claim]:

@@ -26,7 +26,7 @@ from ..canonical import FingerprintKind, fingerprint_value
 from ..db import atomic, one_call_steps
 from ..errors import RecoveryValidationError
 from ..keys import operation_key
-from ..states import INITIAL, OperationState, RecoveryMode
+from ..states import INITIAL, OBSERVABLE, RECOVERY_MODES, OperationState, RecoveryMode
 from ..subjects import Subject
 from ._ledger import (
     OP_TABLE,
@@ -149,7 +149,7 @@ def _recorded_fact(key: str, state: str, row: dict, fence: Fence, ordinal: int) 
 def _check_record(fps: dict[str, str], recovery_mode: str, state: str, ordinal: int) -> None:
     for name, value in fps.items():
         _require_fp(name, value)
-    if recovery_mode not in RecoveryMode.values:
+    if recovery_mode not in RECOVERY_MODES:
         raise RecoveryValidationError(
             f"Unknown recovery mode {recovery_mode!r}; use one of {', '.join(RecoveryMode.values)}."
         )
@@ -183,7 +183,7 @@ def operation_observe(
     contradictory one raises :class:`ContradictoryObservation`. A success verifies the
     subject's chain first (after the fence's verified mark, ADR 0034): a broken chain raises
     :class:`ChainBroken` and, owning the transaction, opens an integrity incident."""
-    if state not in OperationState.values or state in INITIAL:
+    if state not in OBSERVABLE:
         raise RecoveryValidationError(
             f"{state!r} is not an observable state; use succeeded, failed, pending or "
             "outcome_unknown."

@@ -39,7 +39,7 @@ from ..canonical import FingerprintKind, fingerprint_value
 from ..db import atomic, one_call_steps
 from ..errors import OperationNotFound, RecoveryError, RecoveryValidationError
 from ..keys import operation_key
-from ..states import INITIAL, OperationState
+from ..states import OBSERVABLE, OperationState
 from ..subjects import LEDGER_WATERMARK, Subject
 from ._ledger import (
     OP_TABLE,
@@ -189,7 +189,7 @@ def _observation_prepared(cursor, observation: Observation):
     loaded row, the prepared checkpoint and the target state with its result fingerprint.
     """
     state = observation.state
-    if state not in OperationState.values or state in INITIAL:
+    if state not in OBSERVABLE:
         raise RecoveryValidationError(
             f"{state!r} is not an observable state; use succeeded, failed, pending or "
             "outcome_unknown."

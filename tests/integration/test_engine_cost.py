@@ -33,7 +33,9 @@ statements, one commit); the first step's dispatch in its own commit when nothin
 it in this run made it ready (token, head, operation, checkpoint); releasing the lease,
 in the commit that ended the instance (1 statement, and 1 to make sure no other branch is
 stuck), or else in a commit of its own that also checks for work released meanwhile (2
-statements). The last step inserts no next token and records its outcome alone.
+statements). The last step inserts no next token and records its outcome alone. A claimed
+run (ADR 0026) costs the same commits: the commit that ends the instance also clears its
+runnable mark (ADR 0039).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from govflow.engine.models import InstanceStatus
+from govflow.engine.models import Instance, InstanceStatus
+from govflow.engine.queue import instances_claim
 from govflow.engine.services.runtime import instance_run
 from recovery import api
 from tests.flows import action, linear, start
@@ -154,3 +157,21 @@ def transactions_of(queries: list[dict]) -> list[list[str]]:
             assert transactions, f"a statement outside a transaction: {query['sql']}"
             transactions[-1].append(query["sql"])
     return transactions
+
+
+def test_a_claimed_run_needs_no_commit_after_the_one_that_ended_it():
+    """The claim's mark is cleared by the commit that ended the instance (ADR 0039): a
+    claimed run of a whole instance costs the commits of an unclaimed one, and leaves
+    nothing for the next claim."""
+    instance = start(linear(*(action(f"s{i}") for i in range(1, 6))))
+    [claim] = instances_claim(holder="pusher-1", limit=1, ttl=30)
+    with CaptureQueriesContext(connection) as captured:
+        report = instance_run(instance_id=instance.pk, worker="worker-1", claim=claim)
+    assert report.steps == 6 and report.status == InstanceStatus.COMPLETED
+    commits = transactions_of(captured.captured_queries)
+    # The handover and load; the start node with step 1's dispatch; steps 1-4 each with
+    # the next dispatch; step 5's outcome, the mark cleared and the lease released.
+    assert len(commits) == 7, [len(c) for c in commits]
+    assert any("runnable_at" in sql for sql in commits[-1])
+    assert not Instance.objects.filter(pk=instance.pk, runnable_at__isnull=False).exists()
+    assert instances_claim(holder="pusher-1", limit=1, ttl=30) == []

@@ -34,8 +34,10 @@ from recovery.api import (
     incident_report,
     lease_release,
     lease_renew,
+    model_columns,
     projection_head_sql,
     projection_record,
+    rows_as,
 )
 
 from ..conf import lease_ttl
@@ -106,6 +108,9 @@ class Run:
     """This run's step and time budget; a step is chained only within it."""
     released: bool = False
     """The lease was released in the commit that ended the instance."""
+    mark_cleared: bool = False
+    """The commit that ended the instance also cleared its runnable mark (``writes``):
+    the claimed run has no mark left to clear after it (ADR 0039)."""
     recorded_projection: str = ""
     """The newest projection fingerprint the instance's chain holds (as of this run's
     last commit); '' for an instance that has none yet."""
@@ -167,7 +172,7 @@ class Run:
         except BaseException:
             if outermost:
                 self.recorded_projection = before
-                self.released = False
+                self.released = self.mark_cleared = False
             raise
         else:
             if outermost:
@@ -224,7 +229,7 @@ class Run:
         self.recorded_projection = fresh.recorded_projection
         self.integrity_incident = fresh.integrity_incident
         self.committed_status = fresh.committed_status
-        self.released = False
+        self.released = self.mark_cleared = False
 
     # -- the lease while a step runs ----------------------------------------------------
 
@@ -384,11 +389,15 @@ def load_run(instance_id: int, fence: Fence) -> Run | None:
         integrity_incident=instance.integrity_incident,
         committed_status=str(instance.status),
     )
-    states = sorted(str(state) for state in TOKEN_ACTIVE)
-    for token in Token.objects.raw(
-        f"SELECT * FROM {quote(Token._meta.db_table)} "
-        f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in states)})",
-        [instance_id, *states],
-    ):
-        run.active[token.pk] = token
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {model_columns(Token)} FROM {quote(Token._meta.db_table)} "
+            f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in _ACTIVE)})",
+            [instance_id, *_ACTIVE],
+        )
+        for token in rows_as(Token, cursor.fetchall()):
+            run.active[token.pk] = token
     return run
+
+
+_ACTIVE = sorted(str(state) for state in TOKEN_ACTIVE)

@@ -34,7 +34,8 @@ The protocol (invariants I1-I12), at its one home:
 6. An atomic step is one commit: the provider's writes share the engine's transaction.
 7. The lease is renewed between steps (and by a thread during a provider call); it is
    released in the commit that ends the instance (``Run.commit``, the one place; that
-   commit also clears the instance's runnable mark), or else at the end of the run
+   commit also clears the instance's runnable mark, so a claimed run needs no commit
+   after it), or else at the end of the run
    together with a look for work released meanwhile: work left marks the instance
    runnable again, none clears a claimed run's mark unless it was marked meanwhile.
 
@@ -335,8 +336,10 @@ def _lease_release_and_requeue(
     check = check and run is not None and run.instance.status not in TERMINAL_STATUSES
     if run is not None and run.released:
         # The commit that ended the instance (or a saga's last) released the lease; a
-        # claimed mark made since (a compensation still to run) stays.
-        if claim is not None and report.settled:
+        # claimed mark made since (a compensation still to run) stays. The commit that
+        # ended the instance cleared the mark itself (no commit of its own: ADR 0039);
+        # a saga's commits leave it for this one.
+        if claim is not None and report.settled and not run.mark_cleared:
             with engine_commit():
                 runnable_clear(instance_id=claim.instance_id, wakeups=claim.wakeups)
         return

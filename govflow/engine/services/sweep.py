@@ -12,6 +12,7 @@ everything was down fires on the first pass.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat
 
 from recovery.api import (
+    CompiledAt,
     Fence,
     LeaseHeld,
     StaleFence,
@@ -88,28 +90,37 @@ def _requeue_candidates(limit: int) -> list[int]:
     # The database clock, read once: a clock that moves during the statement would keep
     # PostgreSQL from joining the EXISTS below (each would run once per instance).
     now = clock_read()
-    lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))
-    live = Exists(leases_held().filter(key=lease_key, expires_at__gt=now))
-    tokens = Token.objects.filter(instance=OuterRef("pk"))
-    # An uncertain step whose provider is due to be asked (the reconciliation ladder)
-    # waits like a backoff.
-    asks = Q(state=TokenState.OUTCOME_UNKNOWN, wait_kind=WaitKind.RECONCILE)
-    runnable = tokens.filter(
-        Q(state=TokenState.EXECUTING)
-        | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=now))
-        | asks & Q(not_before__lte=now)
-    )
-    query = (
-        Instance.objects.filter(
-            status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED],
-            runnable_at__isnull=True,
-        )
-        .filter(Exists(runnable))
-        .exclude(live)
-        .values_list("pk", flat=True)[:limit]
-    )
     # Ended instances whose recorded compensations a run must take up (saga_requeue).
-    return list(query) + saga_requeue_candidates(now=now, limit=limit)
+    return _unmarked_with_work(limit)(now) + saga_requeue_candidates(now=now, limit=limit)
+
+
+@functools.lru_cache(maxsize=8)
+def _unmarked_with_work(limit: int) -> CompiledAt:
+    """The read of :func:`_requeue_candidates`, compiled once (every sweep pass asks it)."""
+
+    def build(now):
+        lease_key = Concat(Value("instance:"), Cast(OuterRef("pk"), CharField()))
+        live = Exists(leases_held().filter(key=lease_key, expires_at__gt=now))
+        tokens = Token.objects.filter(instance=OuterRef("pk"))
+        # An uncertain step whose provider is due to be asked (the reconciliation ladder)
+        # waits like a backoff.
+        asks = Q(state=TokenState.OUTCOME_UNKNOWN, wait_kind=WaitKind.RECONCILE)
+        runnable = tokens.filter(
+            Q(state=TokenState.EXECUTING)
+            | Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=now))
+            | asks & Q(not_before__lte=now)
+        )
+        return (
+            Instance.objects.filter(
+                status__in=[InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.BLOCKED],
+                runnable_at__isnull=True,
+            )
+            .filter(Exists(runnable))
+            .exclude(live)
+            .values_list("pk", flat=True)[:limit]
+        )
+
+    return CompiledAt(build)
 
 
 def deliveries_retry(limit: int = 200) -> int:

@@ -45,6 +45,7 @@ class Run(Protocol):
     active: dict[int, Token]
     block_reason: str
     success_follows: bool
+    mark_cleared: bool
 
     @property
     def subject(self) -> Subject: ...
@@ -109,6 +110,7 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         values["completed_at"] = clock()
     if new_status in TERMINAL_STATUSES:
         values["runnable_at"] = None  # nothing will run again: no claim is worth making
+        run.mark_cleared = True  # set back if this commit rolls back (Run.commit)
     if new_status in ENDS_VERIFIED and new_status != run.instance.status:
         _verify_whole_chain(run)
     fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)

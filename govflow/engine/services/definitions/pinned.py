@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connection
 
-from recovery.api import incident_report
+from recovery.api import incident_report, model_columns, rows_as
 
 from ...contracts import action_contract, contract_changes, stored_fingerprint
 from ...definitions import DefinitionInvalid, Spec, parse_definition
@@ -57,6 +57,9 @@ class Pinned:
     """The hash of the stored document and contracts: the ledger records this one."""
 
 
+_PINNED = ("pinned_fingerprint", "pinned_document", "pinned_contracts")
+
+
 def instance_pinned(
     instance_id: int, extra: Sequence[tuple[str, str, list[Any]]] = ()
 ) -> tuple[Instance, Pinned] | None:
@@ -71,21 +74,20 @@ def instance_pinned(
     quote = connection.ops.quote_name
     columns = "".join(f", {sql} AS {name}" for sql, name, _ in extra)
     params = [p for _, _, extra_params in extra for p in extra_params]
-    instance = next(
-        iter(
-            Instance.objects.raw(
-                f"SELECT i.*, d.fingerprint AS pinned_fingerprint, "
-                f"d.document AS pinned_document, d.contracts AS pinned_contracts{columns} "
-                f"FROM {quote(Instance._meta.db_table)} i "
-                f"JOIN {quote(Definition._meta.db_table)} d ON d.id = i.definition_id "
-                "WHERE i.id = %s",
-                [*params, instance_id],
-            )
-        ),
-        None,
-    )
-    if instance is None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {model_columns(Instance, 'i')}, d.fingerprint, d.document, "
+            f"d.contracts{columns} "
+            f"FROM {quote(Instance._meta.db_table)} i "
+            f"JOIN {quote(Definition._meta.db_table)} d ON d.id = i.definition_id "
+            "WHERE i.id = %s",
+            [*params, instance_id],
+        )
+        names = (*_PINNED, *(name for _, name, _ in extra))
+        loaded = rows_as(Instance, cursor.fetchall(), names)
+    if not loaded:
         return None
+    instance = loaded[0]
     pinned = _pinned(
         instance.definition_id,
         instance.pinned_fingerprint,
