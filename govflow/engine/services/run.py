@@ -95,8 +95,8 @@ class Run:
     spec: Spec
     fence: Fence
     definition_fp: str = ""
-    """The hash of the definition's stored bytes, computed when the run loaded it: the
-    ledger records this one, and it must equal the instance's pin (``instance_run``)."""
+    """The hash of the definition's stored bytes, as loaded: the ledger records it, and
+    it must equal the instance's pin (``instance_run``)."""
     active: dict[int, Token] = field(default_factory=dict)
     renewed_at: float = field(default_factory=time.monotonic)
     blocked: set[int] = field(default_factory=set)
@@ -104,23 +104,20 @@ class Run:
     block_reason: str = ""
     """Why this run blocked the instance; other branches moving on do not unblock it."""
     steps_left: int = 0
-    deadline: float = 0.0
-    """This run's step and time budget; a step is chained only within it."""
+    deadline: float = 0.0  # this run's step and time budget; a step chains only within it
     released: bool = False
     """The lease was released in the commit that ended the instance."""
     mark_cleared: bool = False
-    """The commit that ended the instance also cleared its runnable mark (``writes``):
-    the claimed run has no mark left to clear after it (ADR 0039)."""
+    """The commit that ended the instance cleared its runnable mark too (ADR 0039)."""
     recorded_projection: str = ""
     """The newest projection fingerprint the instance's chain holds (as of this run's
     last commit); '' for an instance that has none yet."""
     integrity_incident: int | None = None
-    """The id of the open integrity incident on this instance when it was loaded."""
+    """The open integrity incident on this instance when it was loaded (its id)."""
     no_chain: bool = False
     """A chained dispatch was refused for integrity: dispatch each step in its own commit."""
     success_follows: bool = False
-    """A success of this run's fence is written later in the commit being prepared
-    (``settle.succeed``): an ending verifies the whole chain through it (ADR 0038)."""
+    """A success is written later in this commit: the ending verifies through it (0038)."""
     committed_status: str = ""
     """The instance's status as of this run's last commit (its events: ``emit``)."""
     _depth: int = 0
