@@ -77,6 +77,11 @@ def test_a_standby_cluster_takes_over_within_a_lease_period_of_a_kill(workspace)
 def test_timers_fire_while_every_worker_is_busy(workspace):
     ws = workspace
     ws.pause("preview")
+    # An instance waiting on its timer, run to it here before any cluster exists: a
+    # cluster's claim could take it first, and this run would then step aside.
+    waiting = drive(start(linear({"id": "t", "type": "timer", "duration": "PT1H"}, key="proc.t")))
+    ws.watch(waiting.pk)
+    timer = Timer.objects.get(instance=waiting)
     cluster = ws.start_cluster(GOVFLOW_Q_WORKERS="1")
     busy = instance_start(
         definition=definition_publish(document=linear(action("a"), key="proc.busy")),
@@ -89,10 +94,7 @@ def test_timers_fire_while_every_worker_is_busy(workspace):
         what="the only worker to park in a step",
         explain=ws.report,
     )
-    # Behind the parked worker, a queue of work nobody can take.
-    waiting = drive(start(linear({"id": "t", "type": "timer", "duration": "PT1H"}, key="proc.t")))
-    ws.watch(waiting.pk)
-    timer = Timer.objects.get(instance=waiting)
+    # The timer falls due behind the parked worker, with nobody free to take its work.
     Timer.objects.filter(pk=timer.pk).update(due_at=Now())
     began = time.monotonic()
     wait_for(
