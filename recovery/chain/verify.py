@@ -19,9 +19,11 @@ def chain_verify(subject: Subject, *, watermark: int | None = None) -> Verificat
     The operation rows are compared with the replayed chain; the projection (the rows of
     the subject's owner, read by the reader registered for its type with
     :func:`recovery.projections.projection_register`) is compared with the newest
-    projection fingerprint the chain recorded. Chain and projection are read optimistically:
-    if the chain moved while they were read, they are read again, so a commit landing in
-    between is never mistaken for tampering.
+    projection fingerprint the chain recorded. Checkpoints, operation rows and projection are
+    read optimistically by separate statements: if the chain moved while they were read (a
+    live instance's step committed between them), they are read again, so a commit landing
+    in between is never mistaken for tampering; a chain that never stands still concludes
+    nothing (:class:`ChainConflict`).
 
     Returns a :class:`Verification`: ok, or the first broken position and why. This is a
     read; opening an incident is :func:`recovery.services.incidents.subject_verify`.
@@ -38,7 +40,11 @@ def chain_verify(subject: Subject, *, watermark: int | None = None) -> Verificat
                 watermark,
                 load_results(subject),
             )
-            if not result.ok or not result.projection:
+            if not result.ok:
+                if read_head(cursor, subject) != before:
+                    continue  # a step committed between the reads: not a verdict, read again
+                return result
+            if not result.projection:
                 return result
             current = projection_read(subject)
             if read_head(cursor, subject) != before:
