@@ -33,8 +33,12 @@ pytestmark = pytest.mark.django_db
 
 
 def marked_ago(ids: list[int], seconds: float) -> None:
-    """Give ``ids`` a mark made ``seconds`` ago (database clock): their place in line."""
-    Instance.objects.filter(pk__in=ids).update(runnable_at=Now() - dt.timedelta(seconds=seconds))
+    """Give ``ids`` marks made about ``seconds`` ago (database clock), a millisecond apart
+    in the order given: their places in line. Equal marks would leave the order among
+    them to the database's plan."""
+    for n, pk in enumerate(ids):
+        ago = dt.timedelta(seconds=seconds) - dt.timedelta(milliseconds=n)
+        Instance.objects.filter(pk=pk).update(runnable_at=Now() - ago)
 
 
 def claim_order(limit: int = 100) -> list[int]:

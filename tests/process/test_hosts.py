@@ -49,13 +49,17 @@ LONG = {
 
 def live_instance_leases(host: str) -> dict[str, int]:
     """``{key: fence}`` of the live instance leases held by processes of ``host``."""
+    return {key: fence for key, (_, fence) in live_instance_holders(host).items()}
+
+
+def live_instance_holders(host: str) -> dict[str, tuple[str, int]]:
+    """``{key: (holder, fence)}`` of the live instance leases held by processes of ``host``."""
     from django.db.models.functions import Now
 
-    return dict(
-        Lease.objects.filter(
-            key__startswith="instance:", holder__startswith=f"{host}:", expires_at__gt=Now()
-        ).values_list("key", "fence")
-    )
+    rows = Lease.objects.filter(
+        key__startswith="instance:", holder__startswith=f"{host}:", expires_at__gt=Now()
+    ).values_list("key", "holder", "fence")
+    return {key: (holder, fence) for key, holder, fence in rows}
 
 
 def own_pause_dir(ws, name: str) -> str:
@@ -80,13 +84,15 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     def parked() -> dict[str, int] | bool:
         # Claimed by host-a's pusher, then taken over by the two workers that run them
         # (ADR 0026): two leases, held by two processes, neither of them the pusher.
-        leases = live_instance_leases("host-a")
-        holders = set(Lease.objects.filter(key__in=leases).values_list("holder", flat=True))
         log = first.log_path.read_text(errors="replace")
         pusher = (
             log.split("pushing tasks at ", 1)[1].split()[0] if "pushing tasks at " in log else ""
         )
-        workers = {h for h in holders if pusher and f":{pusher}:" not in h}
+        # Holders and fences in one read: a hand-over from the pusher to a worker (fence
+        # + 1) between two reads would pair a worker's name with the pusher's fence.
+        rows = live_instance_holders("host-a")
+        workers = {holder for holder, _ in rows.values() if pusher and f":{pusher}:" not in holder}
+        leases = {key: fence for key, (_, fence) in rows.items()}
         return len(leases) == 2 and len(workers) == 2 and leases
 
     held = wait_for(
