@@ -91,7 +91,9 @@ def test_the_lock_is_renewed_while_a_slow_handler_runs(client, definition):
         stolen.extend(task_fetch_and_lock(topics=[TOPIC], worker="thief", lock_seconds=5))
         return {"verified": False}
 
-    worker = Worker(client, "w1", {TOPIC: slow}, lock_duration=3)
+    # Renewed every third of the lock: 6 s leaves a renewal 4 s to arrive on a busy
+    # machine (with 3 s, one delayed past 2 s lost the lock once in CI).
+    worker = Worker(client, "w1", {TOPIC: slow}, lock_duration=6)
     assert worker.run_once() == 1
     assert stolen == []  # renewed: never fetchable by another worker meanwhile
     assert worker.reported[0][1] == "complete"
