@@ -28,13 +28,13 @@ from django.db.models.functions import Now
 from .. import chain
 from ..anchors import AnchorIndex
 from ..audits import ChainAudit
-from ..chain import VERIFY_ATTEMPTS, Verification, subject_revision
+from ..chain import Verification
 from ..decided import load_results
 from ..errors import ChainBroken, ChainConflict
 from ..models import Checkpoint, IntegrityIncident
 from ..subjects import Subject
 from ._ledger import verified_head
-from .incidents import anchors_load, incident_open, subject_check
+from .incidents import anchors_load, subject_verify
 from .leases import Fence
 
 __all__ = ["AuditPass", "chain_audit", "chain_mark_drop", "chain_verify_whole"]
@@ -139,18 +139,10 @@ def chain_audit(*, subjects: int, settle: float, anchors: bool = True) -> AuditP
 
 
 def _verified(subject: Subject, index: AnchorIndex | bool):
-    """``subject_verify``, but a failure is believed only when no commit landed on the
-    chain while it was read: the checkpoints and the operation rows are read by separate
-    statements, and a live subject's commit between them looks like a removed checkpoint.
-    Raises ``ChainConflict`` when the chain kept moving."""
-    for _ in range(VERIFY_ATTEMPTS):
-        before = subject_revision(subject)
-        result = subject_check(subject, anchors=index)
-        if result.ok:
-            return result, None
-        if subject_revision(subject) == before:
-            return result, incident_open(verification=result)
-    raise ChainConflict(f"{subject} kept changing while the audit verified it.")
+    """``subject_verify`` with the pass's anchors. A commit landing on a live chain between
+    its reads is read again, not concluded (``chain_verify``); a chain that kept moving
+    raises ``ChainConflict``."""
+    return subject_verify(subject=subject, anchors=index)
 
 
 def _subjects_due(after: int, subjects: int, settle: float):

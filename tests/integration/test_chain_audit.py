@@ -128,18 +128,18 @@ def test_the_sweeper_runs_the_audit_when_it_is_due_and_opens_the_incident(settin
 
 
 def test_a_commit_landing_while_the_audit_reads_a_chain_is_not_taken_for_tampering(monkeypatch):
-    from recovery.services import audit
+    from recovery.chain import verify
 
     subject = grown()
-    real, raced = audit.subject_check, []
+    real, raced = verify.load_checkpoints, []
 
-    def racing(subject, **kwargs):
+    def racing(cursor, of, *args, **kwargs):
+        rows = real(cursor, of, *args, **kwargs)
         if not raced:  # the engine commits a step between the audit's reads
             raced.append(grown(subject, steps=1))
-            return api.Verification(subject, False, 5, 6, "a row points past the chain's end")
-        return real(subject, **kwargs)
+        return rows
 
-    monkeypatch.setattr(audit, "subject_check", racing)
+    monkeypatch.setattr(verify, "load_checkpoints", racing)
     result = chains_audit()
     assert (audited(result), result.broken) == ([subject], ())
     assert not IntegrityIncident.objects.exists()
