@@ -162,19 +162,25 @@ def first_step_since(ids: list[int], since: dt.datetime) -> float | None:
 
 
 def taken_over_since(ids: set[int], since: dt.datetime) -> tuple[int, float | None]:
-    """(how many of ``ids`` had their lease taken after ``since``, seconds until the last).
+    """(how many of ``ids`` were written again after ``since``, seconds until the last).
 
-    A lease's ``acquired_at`` is its latest acquisition (a claim, a hand-over or an
-    acquire): for an instance a killed cluster stranded, the new cluster's run of it."""
-    from django.db.models import Count, Max
+    For an instance a killed cluster stranded, its first token write after the restart is
+    the new cluster's run of it taking over. Not the lease's ``acquired_at``: that is the
+    latest acquisition, which a later run (an unknown outcome's reconciliation, say) moves
+    past the takeover."""
+    from django.db.models import Min
 
-    from recovery.models import Lease
+    from govflow.engine.models import Token
 
-    row = Lease.objects.filter(
-        key__in=[f"instance:{pk}" for pk in ids], acquired_at__gte=since
-    ).aggregate(n=Count("key"), t=Max("acquired_at"))
-    last = row["t"]
-    return row["n"], None if last is None else (last - since).total_seconds()
+    firsts = (
+        Token.objects.filter(instance_id__in=ids, updated_at__gte=since)
+        .values("instance_id")
+        .annotate(t=Min("updated_at"))
+        .values_list("t", flat=True)
+    )
+    moments = list(firsts)
+    last = max(moments, default=None)
+    return len(moments), None if last is None else (last - since).total_seconds()
 
 
 def held_leases(ids: list[int], pids: set[int] | None = None) -> dict[str, int]:

@@ -368,10 +368,10 @@ def _print_recovery(r: dict[str, Any], out: Callable[[str], None]) -> None:
     )
     out(
         _row(
-            "  last stranded one re-enqueued (s)",
+            "  last stranded one taken over (s)",
             _f(g.get("requeued_seconds"), 2),
             "-",
-            f"GovFlow: {g.get('requeued', 0)} of {g['stranded']} stranded re-enqueued",
+            f"GovFlow: {g.get('requeued', 0)} of {g['stranded']} stranded run again",
         )
     )
     out(

@@ -153,7 +153,7 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
 
     Besides the totals, where the time after the restart goes (database clock): until the
     first step completed, until the restarted cluster's sweeper took the lease over, until
-    it re-enqueued the last stranded instance, and until that instance settled.
+    it took over (wrote again) the last stranded instance, and until that instance settled.
     """
     name = "gf_recovery"
     url = server.create_database(name, template="gf_template")
