@@ -63,21 +63,27 @@ from .triggers import delivery_consume
 log = logging.getLogger("govflow.engine.sweep")
 
 SWEEPER = "govflow:sweeper"
+REQUEUE_LIMIT = 500
+"""Instances one sweep pass marks runnable at most."""
 RENEW_AFTER = 0.25
 """The share of its lease after which the sweeper renews it (at the end of a pass)."""
 
 
-def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
+def instances_requeue(
+    *, fence: Fence, limit: int = REQUEUE_LIMIT, ids: list[int] | None = None
+) -> int:
     """Mark runnable the instances with work that may run now, no mark and no live lease.
 
     Every commit that makes an instance runnable marks it, and a claimed instance keeps
     its mark until its run ends (ADR 0026): what is left for the sweep is work that fell
     due with nobody to mark it — a retry's or a poll's backoff that ran out, a provider
     due to be asked again — and, as a safety net, any runnable work without a mark. Owns
-    its commit (the sweeper's fence proven in it, then the marks).
+    its commit (the sweeper's fence proven in it, then the marks). ``ids``: the candidates,
+    read already (the sweeper's pass reads them with its other look, ADR 0042).
     """
-    with engine_read():
-        ids = _requeue_candidates(limit)
+    if ids is None:
+        with engine_read():
+            ids = _requeue_candidates(limit)
     if not ids:
         return 0
     with engine_commit():
@@ -147,7 +153,7 @@ def deliveries_retry(limit: int = 200) -> int:
     return sum(1 for pk in list(candidates) if delivery_consume(delivery_id=pk))
 
 
-def dead_holders_expire(*, fence: Fence) -> int:
+def dead_holders_expire(*, fence: Fence, dead: list[Fence] | None = None) -> int:
     """Expire the live instance leases of processes known to be gone.
 
     A worker killed mid-run leaves its instance lease live for up to
@@ -159,10 +165,11 @@ def dead_holders_expire(*, fence: Fence) -> int:
     pass. django-q2 tasks a dead cluster had claimed stay locked for ``retry`` seconds:
     when a death was found, every claimed task is handed out again at once (a live
     cluster's claimed tasks run twice at worst, and the instance lease makes that
-    harmless). Each expiry owns its commit.
+    harmless). Each expiry owns its commit. ``dead``: those leases, read already (the
+    sweeper's pass reads them with its other look, ADR 0042).
     """
     expired = 0
-    for lease in _dead_holders_leases():
+    for lease in _dead_holders_leases() if dead is None else dead:
         if _dead_lease_expire(fence, lease):
             log.warning(
                 "lease %s of %s expired: that process no longer exists",
@@ -336,8 +343,10 @@ class Sweeper:
             self.stats["timers"] += fired
             # Look for stuck work between bursts only once a second while they last.
             if not full or time.monotonic() - last_requeue >= 1.0:
-                self.stats["dead"] += dead_holders_expire(fence=fence)
-                self.stats["requeued"] += instances_requeue(fence=fence)
+                with engine_read():  # both looks: one read transaction (ADR 0042)
+                    dead, stuck = _dead_holders_leases(), _requeue_candidates(REQUEUE_LIMIT)
+                self.stats["dead"] += dead_holders_expire(fence=fence, dead=dead)
+                self.stats["requeued"] += instances_requeue(fence=fence, ids=stuck)
                 last_requeue = time.monotonic()
                 if time.monotonic() - last_full >= self.full_every:
                     self.stats["deliveries"] += deliveries_retry()
