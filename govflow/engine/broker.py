@@ -38,6 +38,7 @@ from django_q.signing import PickleSerializer
 
 from recovery.api import model_columns, rows_as
 
+from .cluster import APPLICATION, application_named
 from .conf import lease_ttl
 from .liveness import worker_name
 from .queue import ADVANCE, ADVANCE_GROUP, Claim, instances_claim
@@ -71,8 +72,12 @@ class ClaimBroker(ORM):
 
     _queue_looked: float = float("-inf")
     """When this broker last asked django-q2's own queue (monotonic clock)."""
+    _named: bool = False
 
     def dequeue(self) -> list[tuple[Any, str]] | None:
+        if not self._named:
+            self._named = True
+            _pusher_named()
         self.get_connection()  # closes a connection gone stale, as the ORM broker does
         claims = _claim()
         signer = TimestampSigner(key=Conf.SECRET_KEY, salt=Conf.PREFIX)
@@ -127,6 +132,14 @@ class ClaimBroker(ORM):
     def fail(self, task_id: Any) -> None:
         if not str(task_id).startswith(CLAIM_ACK):
             super().fail(task_id)
+
+
+def _pusher_named() -> None:
+    """The pusher's connections name it (``cluster.application_named``), in a ``qcluster``
+    whose processes are named: only the pusher dequeues."""
+    options = connection.settings_dict.get("OPTIONS", {})
+    if options.get("application_name", "").startswith(f"{APPLICATION} "):
+        application_named("pusher")
 
 
 @functools.cache

@@ -29,6 +29,7 @@ import time
 
 from django.db import connections
 from django_q.cluster import Cluster
+from django_q.signals import post_spawn
 
 from govflow.events.publisher import Publisher
 
@@ -51,6 +52,7 @@ class SweeperThread(threading.Thread):
         self.stop_event = stop_event
 
     def run(self) -> None:
+        application_named("sweeper")
         try:
             self.sweep_until_stopped()
         finally:
@@ -87,6 +89,7 @@ class PublisherThread(threading.Thread):
         self.stop_event = stop_event
 
     def run(self) -> None:
+        application_named("publisher")
         try:
             while not self.stop_event.is_set():
                 try:
@@ -163,10 +166,41 @@ def idle_limited(options: dict, *, seconds: float) -> dict:
     return {**options, "options": f"{given} {limit}".strip()}
 
 
+APPLICATION = "govflow"
+"""How the ``qcluster``'s connections name themselves to PostgreSQL (``application_name``):
+``govflow <role>``, so ``pg_stat_activity`` and the server's log tell the processes apart."""
+
+
+def application_named(role: str) -> None:
+    """Name this thread's PostgreSQL connections ``govflow <role>`` (from their next connect).
+
+    Called by each kind of process and thread of a ``qcluster`` (the main process and the
+    processes it forks: ``qcluster``; the workers: ``worker``; the pusher: ``pusher``; the
+    sweeper and publisher threads) before it uses the database. A name the configured
+    ``OPTIONS`` give is kept. Only this thread's connection objects get a copy of the
+    settings with the name, so another thread's name is not changed.
+    """
+    for conn in connections.all(initialized_only=False):
+        options = conn.settings_dict.get("OPTIONS", {})
+        given = options.get("application_name")
+        if conn.vendor != "postgresql" or (given and not given.startswith(f"{APPLICATION} ")):
+            continue
+        options = {**options, "application_name": f"{APPLICATION} {role}"}
+        conn.settings_dict = {**conn.settings_dict, "OPTIONS": options}
+        if conn.connection is not None and not conn.in_atomic_block:
+            conn.close()  # named from the next statement on
+
+
+def _worker_named(sender, **kwargs) -> None:
+    application_named("worker")
+
+
 def cluster_run(*, run_once: bool = False, join_timeout: float = 15.0) -> None:
     """Start the cluster as django-q2's ``qcluster`` does, then sweep until it stops."""
     health_checks_off()
     idle_transactions_ended()
+    application_named("qcluster")
+    post_spawn.connect(_worker_named, dispatch_uid="govflow-worker-named")
     # Every process of the cluster (this one, and the workers forked after this) holds
     # its own liveness lock once it names itself as a lease holder (ADR 0022).
     liveness_lock_enable()

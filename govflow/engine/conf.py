@@ -125,7 +125,8 @@ SWEEP_LEASE_TTL = Setting(
     "replaced by a standby (every `qcluster`'s main process has one) as soon as it "
     "expires. A sweep task that finds a live sweeper leaves at once; one whose lease is "
     "running out waits up to this plus 1 s for it. Must be longer than "
-    "`GOVFLOW_SWEEP_TICK` (it is renewed after every pass).",
+    "`GOVFLOW_SWEEP_TICK` (it is renewed at the end of the first pass after a quarter of "
+    "it has passed).",
 )
 SWEEP_TICK = Setting(
     "GOVFLOW_SWEEP_TICK",

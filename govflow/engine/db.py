@@ -134,9 +134,10 @@ class Clock(Now):
 def engine_read() -> Iterator[None]:
     """Reads that belong together, such as a clock read and the query that uses it.
 
-    Reads only; on PostgreSQL it owns one read transaction (``EngineDialect.reads_grouped``).
+    Reads only; on PostgreSQL it owns one read transaction (``EngineDialect.reads_grouped``),
+    or joins the one it is in (a savepoint would only add round trips to reads).
     """
-    if engine_dialect().reads_grouped:
+    if engine_dialect().reads_grouped and not default_connection.in_atomic_block:
         with transaction.atomic():
             yield
     else:

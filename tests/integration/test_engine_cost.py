@@ -34,8 +34,9 @@ it in this run made it ready (token, head, operation, checkpoint); releasing the
 in the commit that ended the instance (1 statement, and 1 to make sure no other branch is
 stuck), or else in a commit of its own that also checks for work released meanwhile (2
 statements). The last step inserts no next token and records its outcome alone. A claimed
-run (ADR 0026) costs the same commits: the commit that ends the instance also clears its
-runnable mark (ADR 0039).
+run (ADR 0026) costs one commit fewer: the lease handover and the load ride in the run's
+first commit (ADR 0042), and the commit that ends the instance also clears its runnable
+mark (ADR 0039).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from django.test.utils import CaptureQueriesContext
 
 from govflow.engine.models import Instance, InstanceStatus
 from govflow.engine.queue import instances_claim
+from govflow.engine.services.definitions import definition_publish
+from govflow.engine.services.instances import instance_start
 from govflow.engine.services.runtime import instance_run
 from recovery import api
 from tests.flows import action, linear, start
@@ -160,18 +163,32 @@ def transactions_of(queries: list[dict]) -> list[list[str]]:
 
 
 def test_a_claimed_run_needs_no_commit_after_the_one_that_ended_it():
-    """The claim's mark is cleared by the commit that ended the instance (ADR 0039): a
-    claimed run of a whole instance costs the commits of an unclaimed one, and leaves
-    nothing for the next claim."""
+    """The claim's mark is cleared by the commit that ended the instance (ADR 0039), and
+    the handover rides in the run's first commit (ADR 0042): a claimed run of a whole
+    instance costs one commit fewer than an unclaimed one, and leaves nothing for the
+    next claim."""
     instance = start(linear(*(action(f"s{i}") for i in range(1, 6))))
     [claim] = instances_claim(holder="pusher-1", limit=1, ttl=30)
     with CaptureQueriesContext(connection) as captured:
         report = instance_run(instance_id=instance.pk, worker="worker-1", claim=claim)
     assert report.steps == 6 and report.status == InstanceStatus.COMPLETED
     commits = transactions_of(captured.captured_queries)
-    # The handover and load; the start node with step 1's dispatch; steps 1-4 each with
-    # the next dispatch; step 5's outcome, the mark cleared and the lease released.
-    assert len(commits) == 7, [len(c) for c in commits]
+    # The handover and load with the start node and step 1's dispatch; steps 1-4 each
+    # with the next dispatch; step 5's outcome, the mark cleared and the lease released.
+    assert len(commits) == 6, [len(c) for c in commits]
+    assert "recovery_lease" in commits[0][0] and "fence = fence + 1" in commits[0][0]
+    assert sum(kind(sql) == "DISPATCH" for sql in commits[0]) == 1
     assert any("runnable_at" in sql for sql in commits[-1])
     assert not Instance.objects.filter(pk=instance.pk, runnable_at__isnull=False).exists()
     assert instances_claim(holder="pusher-1", limit=1, ttl=30) == []
+
+
+def test_an_instance_start_is_one_transaction():
+    """The start reads its row back inside its commit (ADR 0042): after it, the read would
+    be a transaction of its own at the server."""
+    definition = definition_publish(document=linear(action("s1")))
+    with CaptureQueriesContext(connection) as captured:
+        instance = instance_start(definition=definition, variables={"value": "v1"})
+    transactions = transactions_of(captured.captured_queries)  # no statement outside one
+    assert len(transactions) == 1, transactions
+    assert instance.runnable_at is not None and instance.created_at is not None

@@ -4,6 +4,7 @@ expire at once, one sweeper loop (ADR 0005, 0026)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 import time
 
@@ -180,9 +181,11 @@ def test_runnable_work_without_a_mark_is_marked_by_the_sweep_once():
 
 
 def stop_after_passes(monkeypatch, stop, passes: int = 1) -> list[api.Fence]:
-    """Set ``stop`` once the sweeper has renewed its lease ``passes`` times."""
+    """Set ``stop`` once the sweeper has renewed its lease ``passes`` times (here at the
+    end of every pass: it renews after none of its lease has passed)."""
     renewed = []
     real = sweep.lease_renew
+    monkeypatch.setattr(sweep, "RENEW_AFTER", 0)
 
     def renew(*, fence, ttl):
         real(fence=fence, ttl=ttl)
@@ -337,3 +340,20 @@ def test_a_stale_sweeper_expires_nobodys_lease(settings):
     with pytest.raises(api.StaleFence):
         sweep.dead_holders_expire(fence=old)
     assert Lease.objects.filter(key=dead.key, expires_at__gt=Now()).exists()
+
+
+def test_the_sweeper_renews_its_lease_once_a_quarter_of_it_has_passed(monkeypatch, settings):
+    """Not at every pass (ADR 0042): a renewal is a writing commit, four a second."""
+    settings.GOVFLOW_SWEEP_LEASE_TTL = 2
+    settings.GOVFLOW_SWEEP_TICK = 0.05
+    renewed = []
+    real = sweep.lease_renew
+    monkeypatch.setattr(
+        sweep, "lease_renew", lambda **kw: renewed.append(time.monotonic()) or real(**kw)
+    )
+    sweeper = Sweeper(holder="cluster-main")
+    stats = sweeper.run(duration=1.6)
+    assert stats["passes"] >= 8, stats
+    assert 3 <= len(renewed) <= 7, (len(renewed), stats["passes"])
+    assert all(b - a >= 0.5 for a, b in itertools.pairwise(renewed))
+    assert Lease.objects.get(key=SWEEPER).holder is None, "released at the end"

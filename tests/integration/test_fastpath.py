@@ -107,15 +107,15 @@ def test_a_worker_asks_no_health_check_before_its_statements(unchecked, monkeypa
 
 def test_a_connection_lost_before_the_run_is_replaced_and_the_run_completes(monkeypatch):
     instance = start(linear(action("a"), action("b")))
-    original, calls = runtime._lease_take, []
+    original, calls = runtime.lease_acquire, []
 
-    def dropped_once(*args):
+    def dropped_once(**kwargs):
         calls.append(1)
         if len(calls) == 1:
             raise OperationalError("server closed the connection unexpectedly")
-        return original(*args)
+        return original(**kwargs)
 
-    monkeypatch.setattr(runtime, "_lease_take", dropped_once)
+    monkeypatch.setattr(runtime, "lease_acquire", dropped_once)
     report = instance_run(instance_id=instance.pk)
     assert len(calls) == 2, "taken again on a fresh connection"
     assert report.status == InstanceStatus.COMPLETED

@@ -14,7 +14,7 @@ import time
 import pytest
 from django.db import DatabaseError, connection
 
-from govflow.engine.cluster import idle_limited, idle_transactions_ended
+from govflow.engine.cluster import application_named, idle_limited, idle_transactions_ended
 from recovery import api
 from tests.dbclock import wait_until_expired
 
@@ -106,3 +106,24 @@ def test_a_limit_given_in_the_options_is_kept():
     assert idle_limited({"options": "-c search_path=gov"}, seconds=2.5) == {
         "options": "-c search_path=gov -c idle_in_transaction_session_timeout=2500"
     }
+
+
+def test_the_cluster_names_its_connections_by_role_on_postgresql():
+    """``pg_stat_activity`` and the server's log tell a worker from the pusher or the
+    sweeper (ADR 0042); a name the configured options give is kept."""
+    saved = connection.settings_dict
+    try:
+        application_named("worker")
+        if connection.vendor != "postgresql":
+            assert connection.settings_dict is saved, "SQLite has no such setting"
+            return
+        assert saved.get("OPTIONS", {}).get("application_name") is None, "only this thread's"
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW application_name")
+            assert cursor.fetchone()[0] == "govflow worker"
+        connection.settings_dict = {**saved, "OPTIONS": {"application_name": "gov-desk"}}
+        application_named("pusher")
+        assert connection.settings_dict["OPTIONS"]["application_name"] == "gov-desk"
+    finally:
+        connection.close()
+        connection.settings_dict = saved

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.queue import instances_mark_runnable
@@ -62,6 +63,16 @@ def live_instance_holders(host: str) -> dict[str, tuple[str, int]]:
     return {key: (holder, fence) for key, holder, fence in rows}
 
 
+def workers_in_transaction() -> int:
+    """Worker sessions idle in a transaction (the clusters name them, ADR 0042)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'govflow worker' AND state = 'idle in transaction'"
+        )
+        return cursor.fetchone()[0]
+
+
 def own_pause_dir(ws, name: str) -> str:
     """A pause folder nobody writes to: that cluster's workers never park."""
     folder = ws.tmp_path / name
@@ -82,18 +93,12 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
 
     def parked() -> dict[str, int] | bool:
-        # Claimed by host-a's pusher, then taken over by the two workers that run them
-        # (ADR 0026): two leases, held by two processes, neither of them the pusher.
-        log = first.log_path.read_text(errors="replace")
-        pusher = (
-            log.split("pushing tasks at ", 1)[1].split()[0] if "pushing tasks at " in log else ""
-        )
-        # Holders and fences in one read: a hand-over from the pusher to a worker (fence
-        # + 1) between two reads would pair a worker's name with the pusher's fence.
-        rows = live_instance_holders("host-a")
-        workers = {holder for holder, _ in rows.values() if pusher and f":{pusher}:" not in holder}
-        leases = {key: fence for key, (_, fence) in rows.items()}
-        return len(leases) == 2 and len(workers) == 2 and leases
+        # Claimed by host-a's pusher (two leases of host-a); each of its two workers took
+        # a lease over and loaded its instance in a transaction the run's first commit
+        # closes (ADR 0042), and is parked in the step's preview inside it: two worker
+        # sessions idle in a transaction, holding the lease rows.
+        leases = live_instance_leases("host-a")
+        return len(leases) == 2 and workers_in_transaction() >= 2 and leases
 
     held = wait_for(
         parked,

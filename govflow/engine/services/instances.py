@@ -113,7 +113,9 @@ def instance_start(
         )
         instance_mark_runnable(instance.pk)
         instance_started(instance, definition=definition.key, version=definition.version)
-    instance.refresh_from_db()
+        # Read back (the database clock's times, the mark) inside the commit: after it,
+        # the read would be a transaction of its own at the server (ADR 0042).
+        instance.refresh_from_db()
     return instance
 
 

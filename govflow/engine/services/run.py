@@ -44,14 +44,14 @@ from ..conf import lease_ttl
 from ..db import clock, engine_commit
 from ..definitions import Spec
 from ..emit import incident_opened, moves_a_handoff, status_changed, token_moved
-from ..errors import EngineConflict, EngineError
 from ..models import Incident, Instance, Token
 from ..projection import SUBJECT_TYPE, projection_of
-from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE, token_may_move
+from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE
 from .definitions import instance_pinned
+from .handover import OpenedLoad
 from .keepalive import keepalive
 from .routing import Router
-from .writes import write_instance, write_routed
+from .writes import check_move, moved_meanwhile, write_instance, write_routed
 
 __all__ = [
     "INTEGRITY_BLOCK",
@@ -120,6 +120,8 @@ class Run:
     """A success is written later in this commit: the ending verifies through it (0038)."""
     committed_status: str = ""
     """The instance's status as of this run's last commit (its events: ``emit``)."""
+    opened: OpenedLoad | None = None
+    """A claimed run's handover and load, open until its first commit (``handover``)."""
     _depth: int = 0
 
     @property
@@ -166,16 +168,29 @@ class Run:
                     if self.instance.status != self.committed_status:
                         status_changed(self, self.committed_status)
                     self._release_if_ended()
-        except BaseException:
+            if outermost:
+                self.load_closed()  # the run's first commit carries the handover (0042)
+        except BaseException as exc:
             if outermost:
                 self.recorded_projection = before
                 self.released = self.mark_cleared = False
+                self.load_closed(exc)
             raise
         else:
             if outermost:
                 self.committed_status = str(self.instance.status)
         finally:
             self._depth -= 1
+
+    def load_closed(self, exc: BaseException | None = None) -> None:
+        """Close a claimed run's open handover and load: committed, or after ``exc``
+        rolled back with the lease handed over again in its own commit (``handover``)."""
+        if self.opened is None or not self.opened.is_open:
+            return
+        if exc is None:
+            self.opened.commit()
+        else:
+            self.opened.rollback(exc)
 
     def _seal(self) -> None:
         if self.integrity_incident is not None:
@@ -245,6 +260,7 @@ class Run:
         it is still working. If renewal fails (the lease was lost), its renewing stops and
         the step's second commit is refused by its fence as usual.
         """
+        self.load_closed()  # nothing is called outside before a commit
         entry = keepalive.watch(
             lambda: lease_renew(fence=self.fence, ttl=lease_ttl()),
             interval=lease_ttl() / 3,
@@ -265,13 +281,13 @@ class Run:
         A change of state must be a move of the engine's table (``TOKEN_TRANSITIONS``);
         any other is a bug here, refused before anything is written.
         """
-        _check_move(token, expected, values)
+        check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         count = fenced_update_row(
             Token, pk=token.pk, expect={"state": expected}, fence=self.fence, values=values
         )
         if count != 1:
-            raise _moved_meanwhile(token, expected)
+            raise moved_meanwhile(token, expected)
         target = values.get("state", expected)
         wait_kind = values.get("wait_kind")
         if moves_a_handoff(token, expected, target, wait_kind):
@@ -287,7 +303,7 @@ class Run:
         The run's view takes the values now, so the fingerprint the ledger write carries
         includes them; a refused call rolls the commit back and the caller reloads.
         """
-        _check_move(token, expected, values)
+        check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         target = values.get("state", expected)
         wait_kind = values.get("wait_kind")
@@ -297,7 +313,7 @@ class Run:
             if name != "updated_at":
                 setattr(token, name, value)
         return RowWrite(
-            Token, token.pk, values, {"state": expected}, lambda: _moved_meanwhile(token, expected)
+            Token, token.pk, values, {"state": expected}, lambda: moved_meanwhile(token, expected)
         )
 
     def flush(
@@ -339,23 +355,6 @@ class Run:
             created_at=clock(),
         )
         incident_opened(self.instance, incident)
-
-
-def _check_move(token: Token, expected: str, values: dict[str, Any]) -> None:
-    target = values.get("state", expected)
-    if target != expected and not token_may_move(expected, target):
-        raise EngineError(
-            f"Step '{token.node_id}' (#{token.ordinal}) cannot go from {expected} to "
-            f"{target}: the engine's table of step moves does not allow it. This is a "
-            "bug in the engine; nothing was changed."
-        )
-
-
-def _moved_meanwhile(token: Token, expected: str) -> EngineConflict:
-    return EngineConflict(
-        f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
-        f"{expected}; someone else changed it. Nothing was changed."
-    )
 
 
 def load_run(instance_id: int, fence: Fence) -> Run | None:

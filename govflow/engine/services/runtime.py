@@ -4,9 +4,10 @@ The protocol (invariants I1-I12), at its one home:
 
 1. ``instance_run`` acquires the instance lease (fence + 1, expiry by database time) and
    loads the instance, in one commit. A worker's run was claimed with its lease already
-   taken (``queue.instances_claim``, ADR 0026): that commit hands the lease to the worker
-   (fence + 1 again) instead. A second run, or a second cluster, finds the lease held
-   (or its claim's fence stale) and leaves.
+   taken (``queue.instances_claim``, ADR 0026): it hands the lease to the worker (fence +
+   1 again) and loads the instance in a transaction the run's first commit closes
+   (``handover``, ADR 0042). A second run, or a second cluster, finds the lease held (or
+   its claim's fence stale) and leaves.
 2. Before anything moves, the load is checked (I12): the definition's stored bytes must
    hash to the instance's pin and still resolve, the action contracts must match, no
    integrity incident may be open, and the stored variables and steps must equal the
@@ -61,7 +62,6 @@ from recovery.api import (
     LeaseHeld,
     StaleFence,
     lease_acquire,
-    lease_handover,
     lease_release_if_held,
 )
 
@@ -74,6 +74,7 @@ from ..states import TERMINAL_STATUSES
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
+from .handover import OpenedLoad
 from .reconcile import ladder_due, ladder_step
 from .reconnect import DROPPED, Reconnect
 from .rehydration import rehydrate
@@ -141,30 +142,45 @@ def instance_run(
         _loop(run, report)
         report.status = run.instance.status
         report.settled = True
-    except IntegrityViolation as exc:
-        # Every step path stops for integrity itself; this is the last line of defence.
-        log.error("instance %s stopped for integrity: %s", instance_id, exc)
-        report.status = _stop_for_integrity(run, exc)
-        report.settled = True
-    except ConflictError as exc:
-        # StaleFence, or a late answer after another holder settled the step: this
-        # worker's view is stale. Nothing it tried was written; the holder carries on.
-        report.stale = True
-        log.warning(
-            "instance %s: %s: %s; nothing was changed, the current holder carries on",
-            instance_id,
-            type(exc).__name__,
-            exc,
-        )
+    except BaseException as exc:
+        if run is not None:
+            run.load_closed(exc)  # rolled back, the lease handed over on its own
+        if not isinstance(exc, IntegrityViolation | ConflictError):
+            raise
+        _stopped(run, report, exc)
     finally:
+        if run is not None:
+            run.load_closed()  # a run that committed nothing: the handover and load
         _lease_release_and_requeue(run, fence, report, check=looped and report.settled, claim=claim)
     if looped and not report.stale:
         saga_enqueue_if_due(run)  # it failed: its compensations run in a run of their own
     return report
 
 
+def _stopped(run: Run, report: RunReport, exc: IntegrityViolation | ConflictError) -> None:
+    """A run stopped by an integrity violation or a conflict (owns its commits)."""
+    instance_id = report.instance_id
+    if isinstance(exc, IntegrityViolation):
+        # Every step path stops for integrity itself; this is the last line of defence.
+        log.error("instance %s stopped for integrity: %s", instance_id, exc)
+        report.status = _stop_for_integrity(run, exc)
+        report.settled = True
+        return
+    # StaleFence, or a late answer after another holder settled the step: this worker's
+    # view is stale. Nothing it tried was written; the holder carries on.
+    report.stale = True
+    log.warning(
+        "instance %s: %s: %s; nothing was changed, the current holder carries on",
+        instance_id,
+        type(exc).__name__,
+        exc,
+    )
+
+
 def _lease_and_load(instance_id: int, worker: str, claim: Claim | None):
-    """Take the lease and read the instance: one transaction, one commit (owns it).
+    """Take the lease and read the instance: one transaction (owns it). A claimed run's is
+    left open for the run's first commit to close (``Run.opened``, ADR 0042); an
+    unclaimed run's commits here.
 
     Workers ask no health check of their connection before each task (ADR 0030): one that
     died while idle (a server restart, a proxy's idle timeout) fails this, the run's first
@@ -174,28 +190,41 @@ def _lease_and_load(instance_id: int, worker: str, claim: Claim | None):
     retry = Reconnect()
     while True:
         try:
+            if claim is not None:
+                return _handed_over_and_loaded(instance_id, worker, claim)
             with engine_commit():
-                fence = _lease_take(instance_id, worker, claim)
+                key = instance_lease_key(instance_id)
+                fence = lease_acquire(key=key, holder=worker, ttl=lease_ttl())
                 return fence, load_run(instance_id, fence)
         except DROPPED as exc:
             if not retry.again(exc, str(instance_id)):
                 raise
 
 
-def _lease_take(instance_id: int, worker: str, claim: Claim | None) -> Fence:
-    """The instance's lease for this run (needs the caller's commit): acquired, or the
-    claim's handed over to ``worker``; ``LeaseHeld`` / ``StaleFence`` when it cannot be."""
-    key = instance_lease_key(instance_id)
-    if claim is None:
-        return lease_acquire(key=key, holder=worker, ttl=lease_ttl())
-    claimed = Fence(key=key, holder=claim.holder, fence=claim.fence)
-    return lease_handover(fence=claimed, holder=worker, ttl=lease_ttl())
+def _handed_over_and_loaded(instance_id: int, worker: str, claim: Claim):
+    """The claim's lease handed over to ``worker`` and the instance loaded, in a
+    transaction left open on the run (``handover``); ``StaleFence`` when the claim lapsed.
+    Nothing to run (no such instance): committed here."""
+    claimed = Fence(key=instance_lease_key(instance_id), holder=claim.holder, fence=claim.fence)
+    opened = OpenedLoad(claimed=claimed, holder=worker, ttl=lease_ttl())
+    fence = opened.begin()
+    try:
+        run = load_run(instance_id, fence)
+    except BaseException as exc:
+        opened.rollback(exc, again=False)  # a dropped connection: made again whole
+        raise
+    if run is None:
+        opened.commit()
+    else:
+        run.opened = opened
+    return fence, run
 
 
 def _ended_or_refused(run: Run, report: RunReport) -> bool:
     """An ended instance runs only its compensations (saga); a refused load blocks the
     instance. Either way the run is over (own commits)."""
     if run.instance.status in TERMINAL_STATUSES:
+        run.load_closed()  # compensations: commits of their own (saga)
         report.steps += saga_run(run)
     elif _refused_at_load(run):
         report.status = run.instance.status
@@ -247,6 +276,7 @@ def _loop(run: Run, report: RunReport) -> None:
                 token = ladder_due(run)
                 if token is None:
                     break
+                run.load_closed()  # the provider is asked outside any transaction
                 ladder_step(run, token)
                 next_step = None
         report.steps += 1

@@ -63,19 +63,27 @@ from .triggers import delivery_consume
 log = logging.getLogger("govflow.engine.sweep")
 
 SWEEPER = "govflow:sweeper"
+REQUEUE_LIMIT = 500
+"""Instances one sweep pass marks runnable at most."""
+RENEW_AFTER = 0.25
+"""The share of its lease after which the sweeper renews it (at the end of a pass)."""
 
 
-def instances_requeue(*, fence: Fence, limit: int = 500) -> int:
+def instances_requeue(
+    *, fence: Fence, limit: int = REQUEUE_LIMIT, ids: list[int] | None = None
+) -> int:
     """Mark runnable the instances with work that may run now, no mark and no live lease.
 
     Every commit that makes an instance runnable marks it, and a claimed instance keeps
     its mark until its run ends (ADR 0026): what is left for the sweep is work that fell
     due with nobody to mark it — a retry's or a poll's backoff that ran out, a provider
     due to be asked again — and, as a safety net, any runnable work without a mark. Owns
-    its commit (the sweeper's fence proven in it, then the marks).
+    its commit (the sweeper's fence proven in it, then the marks). ``ids``: the candidates,
+    read already (the sweeper's pass reads them with its other look, ADR 0042).
     """
-    with engine_read():
-        ids = _requeue_candidates(limit)
+    if ids is None:
+        with engine_read():
+            ids = _requeue_candidates(limit)
     if not ids:
         return 0
     with engine_commit():
@@ -145,7 +153,7 @@ def deliveries_retry(limit: int = 200) -> int:
     return sum(1 for pk in list(candidates) if delivery_consume(delivery_id=pk))
 
 
-def dead_holders_expire(*, fence: Fence) -> int:
+def dead_holders_expire(*, fence: Fence, dead: list[Fence] | None = None) -> int:
     """Expire the live instance leases of processes known to be gone.
 
     A worker killed mid-run leaves its instance lease live for up to
@@ -157,17 +165,12 @@ def dead_holders_expire(*, fence: Fence) -> int:
     pass. django-q2 tasks a dead cluster had claimed stay locked for ``retry`` seconds:
     when a death was found, every claimed task is handed out again at once (a live
     cluster's claimed tasks run twice at worst, and the instance lease makes that
-    harmless). Each expiry owns its commit.
+    harmless). Each expiry owns its commit. ``dead``: those leases, read already (the
+    sweeper's pass reads them with its other look, ADR 0042).
     """
     expired = 0
-    verdicts: dict[str, bool] = {}
-    live = leases_live().filter(key__startswith="instance:")
-    for key, holder, number in list(live.values_list("key", "holder", "fence")):
-        lease = Fence(key=key, holder=holder, fence=number)
-        process = holder.rpartition(":")[0] + (LOCK_MARK if holder.endswith(LOCK_MARK) else "")
-        if process not in verdicts:
-            verdicts[process] = holder_is_dead(holder)
-        if verdicts[process] and _dead_lease_expire(fence, lease):
+    for lease in _dead_holders_leases() if dead is None else dead:
+        if _dead_lease_expire(fence, lease):
             log.warning(
                 "lease %s of %s expired: that process no longer exists",
                 lease.key,
@@ -177,6 +180,23 @@ def dead_holders_expire(*, fence: Fence) -> int:
     if expired:
         claimed_tasks_release()
     return expired
+
+
+def _dead_holders_leases() -> list[Fence]:
+    """The live instance leases whose holder is known dead: the leases and the liveness
+    probes read in one read transaction (one at the server, not one per probe: ADR 0042);
+    each holder process judged once."""
+    verdicts: dict[str, bool] = {}
+    dead = []
+    with engine_read():
+        live = leases_live().filter(key__startswith="instance:")
+        for key, holder, number in list(live.values_list("key", "holder", "fence")):
+            process = holder.rpartition(":")[0] + (LOCK_MARK if holder.endswith(LOCK_MARK) else "")
+            if process not in verdicts:
+                verdicts[process] = holder_is_dead(holder)
+            if verdicts[process]:
+                dead.append(Fence(key=key, holder=holder, fence=number))
+    return dead
 
 
 def _dead_lease_expire(fence: Fence, lease: Fence) -> bool:
@@ -289,10 +309,13 @@ class Sweeper:
                     self.stop.wait(0.01)
                     continue
             if not standby:
-                # A live sweeper renews every pass, so its lease has nearly the whole ttl
-                # left: leave at once and keep this worker free. Only a lease that is
-                # running out (its holder was killed or is stuck) is worth waiting for.
-                if left > self.ttl - max(2.0, 4 * self.tick) or time.monotonic() > give_up:
+                # A live sweeper renews once a quarter of its lease has passed (ADR 0042),
+                # so its lease has three quarters of the ttl left or more: leave at once
+                # and keep this worker free. Only a lease that is running out (its holder
+                # was killed or is stuck) is worth waiting for.
+                if left > self.ttl * (1 - RENEW_AFTER) - max(2.0, 4 * self.tick) or (
+                    time.monotonic() > give_up
+                ):
                     return None
             elif not announced:
                 log.info("standing by: another sweeper holds the lease")
@@ -304,6 +327,7 @@ class Sweeper:
     def _sweep(self, fence: Fence, deadline: float | None) -> None:
         """Step 2: pass after pass under ``fence`` (each write owns its commit)."""
         last_full = last_requeue = -self.full_every
+        renewed = time.monotonic()  # acquired (or renewed) just now
         while True:
             # A burst of due timers is fired batch after batch first (a commit each, the
             # facts only), for up to a quarter of the lease; then their instances are
@@ -319,8 +343,10 @@ class Sweeper:
             self.stats["timers"] += fired
             # Look for stuck work between bursts only once a second while they last.
             if not full or time.monotonic() - last_requeue >= 1.0:
-                self.stats["dead"] += dead_holders_expire(fence=fence)
-                self.stats["requeued"] += instances_requeue(fence=fence)
+                with engine_read():  # both looks: one read transaction (ADR 0042)
+                    dead, stuck = _dead_holders_leases(), _requeue_candidates(REQUEUE_LIMIT)
+                self.stats["dead"] += dead_holders_expire(fence=fence, dead=dead)
+                self.stats["requeued"] += instances_requeue(fence=fence, ids=stuck)
                 last_requeue = time.monotonic()
                 if time.monotonic() - last_full >= self.full_every:
                     self.stats["deliveries"] += deliveries_retry()
@@ -328,7 +354,11 @@ class Sweeper:
                 anchor_if_due()  # chain heads outside the database (docs/recovery.md)
                 chains_audit_if_due()  # whole chains that grew, on a slow cadence (ADR 0038)
             self.stats["passes"] += 1
-            lease_renew(fence=fence, ttl=self.ttl)
+            if time.monotonic() - renewed >= self.ttl * RENEW_AFTER:
+                # Not every pass (a writing commit four times a second, ADR 0042); each
+                # pass's fenced statements (the timers' above) still find a lost lease.
+                lease_renew(fence=fence, ttl=self.ttl)
+                renewed = time.monotonic()
             if deadline is not None and time.monotonic() >= deadline:
                 self.ended = "duration"
                 return

@@ -21,13 +21,14 @@ from recovery.api import (
 
 from ..db import clock
 from ..definitions import case_text, case_values
+from ..errors import EngineConflict, EngineError
 from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenState
-from ..states import TERMINAL_STATUSES
+from ..states import TERMINAL_STATUSES, token_may_move
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
 from .triggers import delivery_take
 
-__all__ = ["write_instance", "write_routed"]
+__all__ = ["check_move", "moved_meanwhile", "write_instance", "write_routed"]
 
 _MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
 """Statuses a derived status would claim although a step this run blocked is stuck."""
@@ -155,3 +156,20 @@ def _stuck_reason(run: Run) -> str:
     if row is None:
         return ""
     return f"Another branch ended, but this one needs an operator: {row[0]}"[:2000]
+
+
+def check_move(token: Token, expected: str, values: dict[str, Any]) -> None:
+    target = values.get("state", expected)
+    if target != expected and not token_may_move(expected, target):
+        raise EngineError(
+            f"Step '{token.node_id}' (#{token.ordinal}) cannot go from {expected} to "
+            f"{target}: the engine's table of step moves does not allow it. This is a "
+            "bug in the engine; nothing was changed."
+        )
+
+
+def moved_meanwhile(token: Token, expected: str) -> EngineConflict:
+    return EngineConflict(
+        f"Step '{token.node_id}' (#{token.ordinal}) is no longer "
+        f"{expected}; someone else changed it. Nothing was changed."
+    )
