@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from .queue import Claim
+from .runpool import run_pool
 from .services.runtime import instance_run
 from .services.sweep import sweep_loop
 
 
 def advance(instance_id: int, fence: int | None = None, holder: str = "", wakeups: int = 0) -> dict:
-    """Run one instance; with ``fence``, one the broker claimed (``broker.ClaimBroker``)."""
+    """Run one instance; with ``fence``, one the broker claimed (``broker.ClaimBroker``).
+
+    In a ``qcluster`` worker with ``GOVFLOW_WORKER_RUNS`` > 1, a claimed run is handed to
+    one of the process's run threads once one is free, and this returns at once
+    (``runpool.py``, ADR 0041): the run's outcome is the instance's, as always.
+    """
     claim = None if fence is None else Claim(int(instance_id), int(fence), holder, int(wakeups))
+    pool = run_pool() if claim is not None else None
+    if pool is not None:
+        pool.submit(claim)
+        return {"instance": claim.instance_id, "handed": "to a run thread"}
     report = instance_run(instance_id=int(instance_id), claim=claim)
     return {
         "instance": report.instance_id,
