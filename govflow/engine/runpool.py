@@ -2,9 +2,10 @@
 
 django-q2 gives a worker process one task at a time, and a run spends most of its time
 waiting on PostgreSQL (round trips, WAL flushes). With ``GOVFLOW_WORKER_RUNS`` = K > 1 (on
-PostgreSQL), the ``advance`` task of a claimed run does not run it: it waits until one of
-the process's K run threads is free, hands the claim to it and returns, so django-q2's
-worker takes its next task at once and K runs overlap their waits. With K = 1 (and always
+PostgreSQL), the ``advance`` task of a claimed run does not run it: it hands the claim to
+a free one of the process's K run threads and returns as soon as a thread is free again,
+so django-q2's worker takes its next task when it can start it, and K runs overlap their
+waits. A worker whose threads are all busy takes no task: the others take it. With K = 1 (and always
 on SQLite) ``advance`` runs the instance itself, as before.
 
 What stays as it was:
@@ -97,6 +98,13 @@ class RunPool:
         """Hand ``claim`` to a run thread; wait first until one is free."""
         self.free.acquire()
         self.claims.put(claim)
+
+    def wait_free(self) -> None:
+        """Return once a run thread is free. ``advance`` returns only then, so its worker
+        takes its next task from django-q2's queue only when it can start it at once: a
+        worker whose threads are all busy leaves the queue to the others."""
+        self.free.acquire()
+        self.free.release()
 
     def close(self) -> None:
         """Let the runs handed over finish, then end the run threads (tests)."""

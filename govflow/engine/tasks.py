@@ -12,13 +12,14 @@ def advance(instance_id: int, fence: int | None = None, holder: str = "", wakeup
     """Run one instance; with ``fence``, one the broker claimed (``broker.ClaimBroker``).
 
     In a ``qcluster`` worker with ``GOVFLOW_WORKER_RUNS`` > 1, a claimed run is handed to
-    one of the process's run threads once one is free, and this returns at once
-    (``runpool.py``, ADR 0041): the run's outcome is the instance's, as always.
+    a free run thread of the process, and this returns once a thread is free for the
+    worker's next task (``runpool.py``, ADR 0041): the run's outcome is the instance's.
     """
     claim = None if fence is None else Claim(int(instance_id), int(fence), holder, int(wakeups))
     pool = run_pool() if claim is not None else None
     if pool is not None:
         pool.submit(claim)
+        pool.wait_free()
         return {"instance": claim.instance_id, "handed": "to a run thread"}
     report = instance_run(instance_id=int(instance_id), claim=claim)
     return {

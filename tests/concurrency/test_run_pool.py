@@ -121,7 +121,12 @@ def test_a_claim_waits_for_a_free_run_thread(pool):
         assert not handed.wait(0.5), "the second claim waits while the only thread is busy"
         release.set()
         assert handed.wait(30), "handed over once the first run ended"
+        freed = threading.Event()
+        threading.Thread(target=lambda: (runs.wait_free(), freed.set()), daemon=True).start()
+        assert inside.acquire(timeout=30), "the second run reached its provider"
+        # ``advance`` returns only once a thread is free for the worker's next task.
         wait_for(lambda: _all_completed(ids), timeout=60, what="both instances completed")
+        assert freed.wait(30), "a thread is free again once the second run ended"
 
 
 def test_a_run_that_fails_unexpectedly_is_recorded_and_its_thread_runs_the_next(pool, monkeypatch):
