@@ -259,7 +259,7 @@ def _run_scenarios(server, cfg: scenarios.Config, only, results: dict, say: Prog
                 say(f"GovFlow throughput, {workers} worker process(es), K={runs or 'default'}")
                 results["govflow_tput"].append(
                     scenarios.govflow_throughput(
-                        server, cfg, workers, detail=first and workers == 1, runs=runs
+                        server, cfg, workers, detail=first and workers == 1, worker_runs=runs
                     )
                 )
                 first = False

@@ -188,7 +188,7 @@ def _throughput_targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool | N
 def _who(gfr: dict[str, Any]) -> str:
     """``N worker process(es)``, and the runs each ran at once (GOVFLOW_WORKER_RUNS)."""
     w = gfr["workers"]
-    runs = f", K={gfr['runs']}" if gfr.get("runs") else ""
+    runs = f", K={gfr['worker_runs']}" if gfr.get("worker_runs") else ""
     return f"{w} worker process{'es' if w > 1 else ''}{runs}"
 
 

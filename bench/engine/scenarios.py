@@ -92,15 +92,15 @@ def _per_step(before: Counters, after: Counters, steps: int, driver_queries: int
 
 
 def govflow_throughput(
-    server: Server, cfg: Config, workers: int, *, detail: bool, runs: int | None = None
+    server: Server, cfg: Config, workers: int, *, detail: bool, worker_runs: int | None = None
 ) -> dict:
-    name = f"gf_tput_{workers}" + (f"_k{runs}" if runs else "")
+    name = f"gf_tput_{workers}" + (f"_k{worker_runs}" if worker_runs else "")
     url = server.create_database(name, template="gf_template")
     gf.use_database(name)
     definition = gf.publish(gf.five_noops_document())
     # Production shape: N workers run the steps, the main process sweeps (ADR 0005); each
     # worker runs GOVFLOW_WORKER_RUNS claimed instances at once (ADR 0041).
-    overrides = {"GOVFLOW_WORKER_RUNS": str(runs)} if runs else {}
+    overrides = {"GOVFLOW_WORKER_RUNS": str(worker_runs)} if worker_runs else {}
     cluster = gf.Cluster.start(
         name=f"{name}-qcluster", url=url, workers=workers, overrides=overrides, log_dir=cfg.log_dir
     )
@@ -132,7 +132,7 @@ def govflow_throughput(
     steps = len(ids) * gdb.STEPS
     result = {
         "workers": workers,
-        "runs": runs or gf.default_worker_runs(),
+        "worker_runs": worker_runs or gf.default_worker_runs(),
         "instances": len(ids),
         "steps": steps,
         "seconds": seconds,
