@@ -118,7 +118,7 @@ RUN_BUDGET = Setting(
 )
 WORKER_RUNS = Setting(
     "GOVFLOW_WORKER_RUNS",
-    4,
+    8,
     int,
     "",
     True,

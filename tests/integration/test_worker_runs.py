@@ -34,7 +34,7 @@ def test_a_worker_runs_value_that_is_no_positive_whole_number_is_refused(setting
     [error] = problems(("engine.E003",))
     assert error.level == checks.ERROR
     assert f"GOVFLOW_WORKER_RUNS is {value!r}; it must be a positive whole number." in error.msg
-    assert "remove it for the default (4)" in error.hint
+    assert "remove it for the default (8)" in error.hint
 
 
 def test_several_runs_per_worker_are_postgresqls_and_ignored_with_a_warning_on_sqlite(settings):
@@ -50,11 +50,11 @@ def test_several_runs_per_worker_are_postgresqls_and_ignored_with_a_warning_on_s
         assert conf.worker_runs() == 1
 
 
-def test_the_default_is_four_runs_on_postgresql_and_one_on_sqlite(settings):
+def test_the_default_is_eight_runs_on_postgresql_and_one_on_sqlite(settings):
     if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
         del settings.GOVFLOW_WORKER_RUNS
     assert problems(("engine.E003", "engine.W005")) == []
-    assert conf.worker_runs() == (4 if connection.vendor == "postgresql" else 1)
+    assert conf.worker_runs() == (8 if connection.vendor == "postgresql" else 1)
 
 
 def test_the_claim_batch_is_one_instance_per_run_the_workers_run_at_once(settings, monkeypatch):
