@@ -186,3 +186,34 @@ def _all_completed(ids: list[int]) -> bool:
 
     statuses = set(Instance.objects.filter(pk__in=ids).values_list("status", flat=True))
     return statuses == {InstanceStatus.COMPLETED}
+
+
+def test_a_run_threads_connection_has_the_clusters_options(pool, settings):
+    """``qcluster`` sets its connection options in the shared settings before it forks
+    (ADR 0030, 0035); a run thread's own connection has them too."""
+    from govflow.engine.cluster import health_checks_off, idle_transactions_ended
+
+    settings.GOVFLOW_LEASE_TTL = 7
+    saved = dict(connection.settings_dict)
+    seen: dict[str, object] = {}
+
+    def execute(context):
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW idle_in_transaction_session_timeout")
+            seen["idle"] = cursor.fetchone()[0]
+        seen["health_checks"] = connection.health_check_enabled
+        return alpha._effect(context)
+
+    looked = dataclasses.replace(alpha.write, name="tests.look", execute=execute)
+    try:
+        health_checks_off()
+        idle_transactions_ended()
+        with registry.override(looked):
+            instance = start(linear(action("a", name="tests.look")), {"value": "o"})
+            [claim] = instances_claim(holder="pusher", limit=1, ttl=30)
+            pool(size=2).submit(claim)
+            wait_for(lambda: _all_completed([instance.pk]), timeout=60, what="completed")
+    finally:
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert seen == {"idle": "7s", "health_checks": False}
