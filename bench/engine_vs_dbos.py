@@ -91,6 +91,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--workers", default="1,2,4", help="worker processes per throughput run (default 1,2,4)"
     )
     parser.add_argument(
+        "--runs",
+        metavar="K,K,…",
+        help="GOVFLOW_WORKER_RUNS (runs at once per worker process) of the throughput runs: "
+        "GovFlow is measured at each K for every worker count, back to back, DBOS once "
+        "(default: the engine's default)",
+    )
+    parser.add_argument(
         "--in-flight",
         metavar="N,N,…",
         help="instances in flight per growth run (default 100,1000,10000; quick 100,1000)",
@@ -128,6 +135,7 @@ def config(args: argparse.Namespace, log_dir: Path) -> scenarios.Config:
     return scenarios.Config(
         throughput_n=args.n or (60 if quick else 500),
         throughput_workers=tuple(int(w) for w in args.workers.split(",") if w.strip()),
+        throughput_runs=tuple(int(k) for k in (args.runs or "").split(",") if k.strip()) or (None,),
         growth=growth.plan(
             quick=quick, in_flight=args.in_flight, lengths=args.lengths, steps=args.growth_steps
         ),
@@ -166,6 +174,7 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         name: getattr(settings, name) for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_MAX_STEPS_PER_RUN")
     }
     sweeper = Sweeper()  # the values the cluster's sweeper thread reads from the settings
+    runs = [k or gf.default_worker_runs() for k in cfg.throughput_runs]
     engine.update(
         GOVFLOW_SWEEP_LEASE_TTL=sweeper.ttl,
         GOVFLOW_SWEEP_TICK=sweeper.tick,
@@ -196,6 +205,10 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         f"  N = {', '.join(map(str, cfg.throughput_workers))} for throughput, 2 for growth, "
         "recovery and timers; a cluster counts as ready "
         "once its main process holds the sweeper lease",
+        f"  K = GOVFLOW_WORKER_RUNS, claimed runs at once per worker process, each in a thread "
+        f"(ADR 0041): {', '.join(map(str, runs))} for throughput"
+        f"{' (measured back to back for each N)' if len(runs) > 1 else ''}, "
+        f"{gf.default_worker_runs()} (the default) for the others",
         "  engine settings: " + ", ".join(f"{k}={v:g}" for k, v in engine.items()),
         f"  recovery run only: {', '.join(f'{k}={v}' for k, v in cfg.recovery_overrides.items())}",
         f"  instances started with instance_start from {cfg.govflow_enqueue_threads} threads",
@@ -240,13 +253,20 @@ def _run_scenarios(server, cfg: scenarios.Config, only, results: dict, say: Prog
     """Run the chosen scenarios in ``results``; a section not run is absent from it."""
     if "throughput" in only:
         results["govflow_tput"], results["dbos_tput"] = [], []
+        first = True
         for workers in cfg.throughput_workers:
-            say(f"GovFlow throughput, {workers} worker process(es)")
-            results["govflow_tput"].append(
-                scenarios.govflow_throughput(server, cfg, workers, detail=workers == 1)
-            )
+            for runs in cfg.throughput_runs:
+                say(f"GovFlow throughput, {workers} worker process(es), K={runs or 'default'}")
+                results["govflow_tput"].append(
+                    scenarios.govflow_throughput(
+                        server, cfg, workers, detail=first and workers == 1, worker_runs=runs
+                    )
+                )
+                first = False
             say(f"DBOS throughput, {workers} worker process(es)")
-            results["dbos_tput"].append(scenarios.dbos_throughput(server, cfg, workers))
+            dbos = scenarios.dbos_throughput(server, cfg, workers)
+            # One DBOS figure per worker count, beside each K of GovFlow's.
+            results["dbos_tput"] += [dbos] * len(cfg.throughput_runs)
     if "growth" in only:
         results["govflow_growth"] = growth.run(server, cfg, cfg.growth, say)
     if "recovery" in only:

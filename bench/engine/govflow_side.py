@@ -228,3 +228,10 @@ class Cluster:
 
     def kill(self) -> None:
         self.group.kill()
+
+
+def default_worker_runs() -> int:
+    """The engine's ``GOVFLOW_WORKER_RUNS`` on PostgreSQL when the setting is not given."""
+    from govflow.engine.conf import WORKER_RUNS
+
+    return int(WORKER_RUNS.default)

@@ -60,6 +60,9 @@ class Config:
     profile: int = 0
     """Instances to run in-process under cProfile after the 1-worker run (0: none)."""
     throughput_workers: tuple[int, ...] = (1, 2, 4)
+    throughput_runs: tuple[int | None, ...] = (None,)
+    """GOVFLOW_WORKER_RUNS of the throughput runs, each measured per worker count (None:
+    the engine's default, not set)."""
     growth: Any = None
     """The cost-growth runs (:class:`bench.engine.growth.Plan`)."""
 
@@ -88,14 +91,18 @@ def _per_step(before: Counters, after: Counters, steps: int, driver_queries: int
 # -- GovFlow -------------------------------------------------------------------------------
 
 
-def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: bool) -> dict:
-    name = f"gf_tput_{workers}"
+def govflow_throughput(
+    server: Server, cfg: Config, workers: int, *, detail: bool, worker_runs: int | None = None
+) -> dict:
+    name = f"gf_tput_{workers}" + (f"_k{worker_runs}" if worker_runs else "")
     url = server.create_database(name, template="gf_template")
     gf.use_database(name)
     definition = gf.publish(gf.five_noops_document())
-    # Production shape: N workers run the steps, the main process sweeps (ADR 0005).
+    # Production shape: N workers run the steps, the main process sweeps (ADR 0005); each
+    # worker runs GOVFLOW_WORKER_RUNS claimed instances at once (ADR 0041).
+    overrides = {"GOVFLOW_WORKER_RUNS": str(worker_runs)} if worker_runs else {}
     cluster = gf.Cluster.start(
-        name=f"{name}-qcluster", url=url, workers=workers, overrides={}, log_dir=cfg.log_dir
+        name=f"{name}-qcluster", url=url, workers=workers, overrides=overrides, log_dir=cfg.log_dir
     )
     cluster.wait_ready()
     groups = [cluster.group]
@@ -125,6 +132,7 @@ def govflow_throughput(server: Server, cfg: Config, workers: int, *, detail: boo
     steps = len(ids) * gdb.STEPS
     result = {
         "workers": workers,
+        "worker_runs": worker_runs or gf.default_worker_runs(),
         "instances": len(ids),
         "steps": steps,
         "seconds": seconds,

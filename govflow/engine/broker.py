@@ -5,11 +5,12 @@ well — the sentinel, the worker processes and their recycling and timeouts, th
 monitor, the schedules and the admin — and its pusher asks this broker for work as it
 asks any broker. The dequeue:
 
-1. claims up to one instance per worker with ``queue.instances_claim`` (one statement:
-   the runnable instances no live lease holds, their leases taken for the pusher), and
-   hands each to the workers as an ``advance`` task that carries the claim (instance,
-   fence, holder, mark count). The worker takes the lease over under its own name in the
-   commit that loads the instance (``recovery.api.lease_handover``), so the liveness
+1. claims up to one instance per run the workers run at once (``claim_batch``, ADR 0041)
+   with ``queue.instances_claim`` (one statement: the runnable instances no live lease
+   holds, their leases taken for the pusher), and hands each to the workers as an
+   ``advance`` task that carries the claim (instance, fence, holder, mark count). The
+   worker (or its run thread, ``runpool.py``) takes the lease over under its own name in
+   the commit that loads the instance (``recovery.api.lease_handover``), so the liveness
    probes judge the process that runs it;
 2. then takes ordinary tasks from django-q2's own queue, as the ORM broker does (the
    fallback sweep, one-off tasks): they are not instance runs.
@@ -39,7 +40,7 @@ from django_q.signing import PickleSerializer
 from recovery.api import model_columns, rows_as
 
 from .cluster import APPLICATION, application_named
-from .conf import lease_ttl
+from .conf import lease_ttl, worker_runs
 from .liveness import worker_name
 from .queue import ADVANCE, ADVANCE_GROUP, Claim, instances_claim
 from .services.reconnect import DROPPED
@@ -177,5 +178,6 @@ def _claim() -> list[Claim]:
 
 
 def claim_batch() -> int:
-    """Instances claimed per dequeue: one per worker process of the cluster."""
-    return max(1, int(Conf.WORKERS or 1), int(Conf.BULK or 1))
+    """Instances claimed per dequeue: one per run a worker process of the cluster runs at
+    once (``workers`` x ``GOVFLOW_WORKER_RUNS``, ADR 0041)."""
+    return max(1, int(Conf.WORKERS or 1) * worker_runs(), int(Conf.BULK or 1))

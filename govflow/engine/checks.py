@@ -102,7 +102,8 @@ def check_settings(app_configs, **kwargs):
     engine.E001: an input limit is not a positive whole number of bytes; engine.E003: any
     other setting is not a positive number; engine.E004: a lease is not longer than the
     sweep's interval; engine.W003: the start form's variables limit is above Django's
-    request body limit; engine.W004: a run or sweep task outlasts django-q2's timeout.
+    request body limit; engine.W004: a run or sweep task outlasts django-q2's timeout;
+    engine.W005: several runs per worker process asked for on SQLite (ignored).
     """
     from . import conf
 
@@ -122,6 +123,7 @@ def check_settings(app_configs, **kwargs):
     if found:
         return found
     found += _timing_problems(conf)
+    found += _worker_runs_problems(conf)
     body = getattr(settings, "DATA_UPLOAD_MAX_MEMORY_SIZE", 2621440)
     if body is not None and conf.variables_max_bytes() > body:
         found.append(
@@ -134,6 +136,24 @@ def check_settings(app_configs, **kwargs):
             )
         )
     return found
+
+
+def _worker_runs_problems(conf) -> list[checks.CheckMessage]:
+    from django.db import connection
+
+    runs = getattr(settings, conf.WORKER_RUNS.name, None)  # the default is 1 on SQLite
+    if runs is not None and runs > 1 and connection.vendor != "postgresql":
+        return [
+            checks.Warning(
+                f"GOVFLOW_WORKER_RUNS is {runs}, but the database is {connection.vendor}: "
+                "it has one writer at a time, so each worker process runs one instance at "
+                "a time and the setting is ignored.",
+                hint="Remove GOVFLOW_WORKER_RUNS, or run GovFlow on PostgreSQL to have "
+                "several runs at once per worker process.",
+                id="engine.W005",
+            )
+        ]
+    return []
 
 
 @checks.register()

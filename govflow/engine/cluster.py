@@ -35,6 +35,7 @@ from govflow.events.publisher import Publisher
 
 from .conf import lease_ttl
 from .liveness import holder_is_dead, liveness_lock_disable, liveness_lock_enable, worker_name
+from .runpool import run_pool_disable, run_pool_enable
 from .services.sweep import Sweeper
 
 log = logging.getLogger("govflow.engine.sweep")
@@ -204,9 +205,12 @@ def cluster_run(*, run_once: bool = False, join_timeout: float = 15.0) -> None:
     # Every process of the cluster (this one, and the workers forked after this) holds
     # its own liveness lock once it names itself as a lease holder (ADR 0022).
     liveness_lock_enable()
+    # Its workers run up to GOVFLOW_WORKER_RUNS claimed instances at once (ADR 0041).
+    run_pool_enable()
     try:
         _run(run_once=run_once, join_timeout=join_timeout)
     finally:
+        run_pool_disable()
         liveness_lock_disable()
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "sweep_tick",
     "sweep_timer_batch",
     "variables_max_bytes",
+    "worker_runs",
 ]
 
 
@@ -114,6 +115,19 @@ RUN_BUDGET = Setting(
     "a run starts no new step after this long and marks the instance runnable again: well "
     "inside "
     "django-q2's `timeout` (60 s), so a worker is not killed by the timeout mid-step",
+)
+WORKER_RUNS = Setting(
+    "GOVFLOW_WORKER_RUNS",
+    8,
+    int,
+    "",
+    True,
+    "instance runs one `qcluster` worker process runs at once, each in a thread of its own "
+    "with its own lease, fence and database connection (ADR 0041): a run mostly waits on "
+    "PostgreSQL, and the runs overlap their waits. The cluster claims `workers` x this many "
+    "instances at a time and holds up to `workers` x this many PostgreSQL connections for "
+    'the runs (`docs/deployment.md`, "Connections"). On SQLite always 1 (one writer at a '
+    "time): a value above 1 is ignored there, with a warning",
 )
 SWEEP_LEASE_TTL = Setting(
     "GOVFLOW_SWEEP_LEASE_TTL",
@@ -227,6 +241,7 @@ SETTINGS: tuple[Setting, ...] = (
     DELIVERY_LEASE_TTL,
     MAX_STEPS_PER_RUN,
     RUN_BUDGET,
+    WORKER_RUNS,
     SWEEP_LEASE_TTL,
     SWEEP_TICK,
     SWEEP_FULL_EVERY,
@@ -259,6 +274,15 @@ def max_steps_per_run() -> int:
 
 def run_budget() -> float:
     return RUN_BUDGET.value()
+
+
+def worker_runs() -> int:
+    """Runs at once per worker process: the setting on PostgreSQL, 1 on SQLite."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
+        return 1
+    return WORKER_RUNS.value()
 
 
 def sweep_lease_ttl() -> float:

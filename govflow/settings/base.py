@@ -253,6 +253,10 @@ RECOVERY_ANCHOR_INTERVAL = float(os.environ.get("GOVFLOW_ANCHOR_INTERVAL", 10))
 GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))
 GOVFLOW_MAX_STEPS_PER_RUN = int(os.environ.get("GOVFLOW_MAX_STEPS_PER_RUN", 500))
 GOVFLOW_RUN_BUDGET = float(os.environ.get("GOVFLOW_RUN_BUDGET", 25))
+# Runs at once per qcluster worker process (ADR 0041); unset: the engine's default, which
+# is 1 on SQLite.
+if os.environ.get("GOVFLOW_WORKER_RUNS", ""):
+    GOVFLOW_WORKER_RUNS = int(os.environ["GOVFLOW_WORKER_RUNS"])
 GOVFLOW_SWEEP_LEASE_TTL = float(os.environ.get("GOVFLOW_SWEEP_LEASE_TTL", 10))
 GOVFLOW_SWEEP_TICK = float(os.environ.get("GOVFLOW_SWEEP_TICK", 0.25))
 GOVFLOW_SWEEP_DURATION = float(os.environ.get("GOVFLOW_SWEEP_DURATION", 40))

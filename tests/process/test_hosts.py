@@ -80,30 +80,39 @@ def own_pause_dir(ws, name: str) -> str:
     return str(folder)
 
 
-def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(workspace):
+WORKERS = int(FAST["GOVFLOW_Q_WORKERS"])
+
+
+@pytest.mark.parametrize("runs", [1, 3], ids=["one-run-per-worker", "three-runs-per-worker"])
+def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(workspace, runs):
     ws = workspace
     ws.pause("preview")
     definition = definition_publish(document=linear(action("a"), key="proc.hosts"))
-    # As many instances as host-a has workers: each parks in its step's preview. Every
-    # task is queued three times, so both hosts race for the same instances.
-    ids = [instance_start(definition=definition, variables={"value": f"h{n}"}).pk for n in (1, 2)]
+    # As many instances as host-a runs at once (workers x runs, ADR 0041): each parks in
+    # its step's preview. Every instance is marked three times, so both hosts race for
+    # the same instances.
+    ids = [
+        instance_start(definition=definition, variables={"value": f"h{n}"}).pk
+        for n in range(WORKERS * runs)
+    ]
     ws.watch(*ids)
     instances_mark_runnable(ids)
     instances_mark_runnable(ids)
-    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", **LONG)
+    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a", GOVFLOW_WORKER_RUNS=runs, **LONG)
 
     def parked() -> dict[str, int] | bool:
-        # Claimed by host-a's pusher (two leases of host-a); each of its two workers took
-        # a lease over and loaded its instance in a transaction the run's first commit
-        # closes (ADR 0042), and is parked in the step's preview inside it: two worker
-        # sessions idle in a transaction, holding the lease rows.
+        # Claimed by host-a's pusher (a lease per instance); each of its run threads
+        # (ADR 0041) took a lease over and loaded its instance in a transaction the run's
+        # first commit closes (ADR 0042), and is parked in the step's preview inside it:
+        # a worker session per run idle in a transaction, holding the lease rows. With
+        # more runs than worker processes, some process runs several at once.
         leases = live_instance_leases("host-a")
-        return len(leases) == 2 and workers_in_transaction() >= 2 and leases
+        return len(leases) == len(ids) and workers_in_transaction() >= len(ids) and leases
 
     held = wait_for(
         parked,
         timeout=60,
-        what="both workers of host-a parked in a step's preview, each holding a lease",
+        what=f"{len(ids)} runs of host-a parked in a step's preview, each holding a lease",
         explain=ws.report,
     )
     marked = Lease.objects.filter(key__in=held).values_list("holder", flat=True)
@@ -151,24 +160,33 @@ def test_a_killed_host_is_taken_over_through_its_liveness_locks_within_2_s(works
     print(f"[host-b found a lease held by another worker {refused} time(s)]")
 
 
+@pytest.mark.parametrize("runs", [1, 3], ids=["one-run", "three-runs-in-one-worker"])
 def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when_resumed(
-    workspace,
+    workspace, runs
 ):
     ws = workspace
     ws.pause("after_effect")
-    first = ws.start_cluster(GOVFLOW_HOST_ID="host-a")
-    wait_until_sweeping(first)
-    instance = instance_start(
-        definition=definition_publish(document=linear(action("a"), action("b"), key="proc.pause")),
-        variables={"value": "p"},
+    # One worker process running ``runs`` instances at once, each parked after its effect.
+    first = ws.start_cluster(
+        GOVFLOW_HOST_ID="host-a", GOVFLOW_Q_WORKERS=1, GOVFLOW_WORKER_RUNS=runs
     )
-    ws.watch(instance.pk)
+    wait_until_sweeping(first)
+    definition = definition_publish(document=linear(action("a"), action("b"), key="proc.pause"))
+    instances = [
+        instance_start(definition=definition, variables={"value": f"p{n}"}) for n in range(runs)
+    ]
+    ws.watch(*(instance.pk for instance in instances))
     wait_for(
-        lambda: ws.reached("after_effect"),
+        lambda: ws.reached("after_effect") and effects.call_count() == runs,
         timeout=60,
-        what="a worker of host-a parked after step a's effect",
+        what=f"{runs} run(s) of host-a's worker parked after step a's effect",
         explain=ws.report,
     )
+    holders = Lease.objects.filter(
+        key__in=[f"instance:{instance.pk}" for instance in instances]
+    ).values_list("holder", flat=True)
+    assert len({holder.rsplit(":", 1)[0] for holder in holders}) == 1, "one worker process"
+    assert len(set(holders)) == runs, "each run its own thread"
     second = ws.start_cluster(
         GOVFLOW_HOST_ID="host-b",
         ALPHA_PAUSE_DIR=own_pause_dir(ws, "pause-b"),
@@ -180,40 +198,48 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
     ws.unpause("after_effect")  # what the paused worker finds when it resumes
     try:
         wait_for(
-            lambda: token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN,
+            lambda: all(
+                token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN
+                for instance in instances
+            ),
             timeout=60,
             interval=0.05,
-            what="host-b to take the paused worker's instance over",
+            what="host-b to take every run of the paused worker over",
             explain=ws.report,
         )
         took = time.monotonic() - paused
-        print(f"\n[host-b took the paused worker's instance over {took:.2f} s after SIGSTOP]")
+        print(f"\n[host-b took the paused worker's {runs} run(s) over {took:.2f} s after SIGSTOP]")
         # Its lock is still held: no early expiry, the lease ran out (ttl + 2 s at most).
         assert "that process no longer exists" not in second.log_path.read_text(errors="replace")
         assert took <= LEASE_TTL + 2.0, f"took {took:.2f} s"
-        assert status(instance.pk) == InstanceStatus.BLOCKED, dump(instance.pk)
-        before = decided(instance.pk)
+        for instance in instances:
+            assert status(instance.pk) == InstanceStatus.BLOCKED, dump(instance.pk)
+        before = {instance.pk: decided(instance.pk) for instance in instances}
     finally:
         os.killpg(first.pgid, signal.SIGCONT)
 
-    # The resumed worker holds the provider's answer; its fence is stale, so it changes
+    # Each resumed run holds the provider's answer; its fence is stale, so it changes
     # nothing the new holder decided. Its answer is kept as evidence (a late observation).
     wait_for(
         lambda: (
-            "nothing was changed, the current holder carries on"
-            in first.log_path.read_text(errors="replace")
+            first.log_path.read_text(errors="replace").count(
+                "nothing was changed, the current holder carries on"
+            )
+            >= runs
         ),
         timeout=60,
-        what="the resumed worker to be refused by its fence",
+        what="every resumed run to be refused by its fence",
         explain=ws.report,
     )
-    assert decided(instance.pk) == before, dump(instance.pk)
-    assert token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN
-    late = Observation.objects.get(
-        operation__key=token(instance.pk, "a").operation_key, kind=ObservationKind.LATE
-    )
-    assert late.outcome == "succeeded" and late.values["stored"] == "p" and not late.applied
-    assert effects.call_count() == 1, "nobody called the provider again"
+    for n, instance in enumerate(instances):
+        assert decided(instance.pk) == before[instance.pk], dump(instance.pk)
+        assert token(instance.pk, "a").state == TokenState.OUTCOME_UNKNOWN
+        late = Observation.objects.get(
+            operation__key=token(instance.pk, "a").operation_key, kind=ObservationKind.LATE
+        )
+        assert late.outcome == "succeeded" and late.values["stored"] == f"p{n}"
+        assert not late.applied
+    assert effects.call_count() == runs, "nobody called the provider again"
     assert first.alive() and second.alive()
 
 

@@ -355,29 +355,29 @@ def test_a_restarted_cluster_takes_over_from_dead_processes_without_waiting_out_
     """Leases of a dead process of this host are expired at once, not waited out.
 
     Instance leases and the sweeper lease last ten minutes here; the first cluster is
-    killed with a worker parked after its effect and another instance's task claimed but
-    not started. The restarted cluster's sweeper sees that the holders' processes no
-    longer exist, takes the sweeper lease over, expires the dead worker's instance lease
-    (the step becomes outcome_unknown, the provider is not called again) and hands the
-    claimed task out again: both instances move on within seconds.
+    killed with its only worker's two runs (ADR 0041) parked after their effects and
+    another instance's task claimed but not started. The restarted cluster's sweeper sees
+    that the holders' processes no longer exist, takes the sweeper lease over, expires
+    the dead worker's instance leases (the steps become outcome_unknown, the provider is
+    not called again) and hands the claimed task out again: every instance moves on
+    within seconds.
     """
     ws = workspace
     long = {"GOVFLOW_LEASE_TTL": "600", "GOVFLOW_SWEEP_LEASE_TTL": "600"}
     ws.pause("after_effect")
-    first = ws.start_cluster(GOVFLOW_Q_WORKERS="1", **PARKED, **long)
+    first = ws.start_cluster(GOVFLOW_Q_WORKERS="1", GOVFLOW_WORKER_RUNS="2", **PARKED, **long)
     wait_until_sweeping(first)
-    parked = instance_start(
-        definition=definition_publish(document=linear(action("a"), key="proc.dead")),
-        variables={"value": "p"},
-    )
-    ws.watch(parked.pk)
+    definition = definition_publish(document=linear(action("a"), key="proc.dead"))
+    both = [instance_start(definition=definition, variables={"value": f"p{n}"}) for n in (1, 2)]
+    ws.watch(*(instance.pk for instance in both))
     wait_for(
-        lambda: ws.reached("after_effect"),
+        lambda: ws.reached("after_effect") and effects.call_count() == 2,
         timeout=60,
-        what="the only worker parked after its effect",
+        what="both runs of the only worker parked after their effects",
         explain=ws.report,
     )
-    # The only worker is busy: this one's task is claimed by the pusher or waits.
+    # The only worker's runs are all busy: this one's task is claimed by the pusher or
+    # waits.
     waiting = instance_start(
         definition=definition_publish(document=linear(action("b"), key="proc.waiting")),
         variables={"value": "w"},
@@ -390,16 +390,18 @@ def test_a_restarted_cluster_takes_over_from_dead_processes_without_waiting_out_
     restarted = time.monotonic()
     second = ws.start_cluster(**PARKED, **long)
     wait_for(
-        lambda: token(parked.pk, "a").state == TokenState.OUTCOME_UNKNOWN,
+        lambda: all(token(p.pk, "a").state == TokenState.OUTCOME_UNKNOWN for p in both),
         timeout=60,
-        what="step a of the dead worker's instance to be outcome_unknown",
+        what="step a of the dead worker's instances to be outcome_unknown",
         explain=ws.report,
     )
     wait_status(ws, waiting.pk, InstanceStatus.COMPLETED)
     took = time.monotonic() - restarted
     print(f"\n[taken over from the dead cluster {took:.1f} s after the restart]")
     assert took < 60, f"took {took:.1f} s: the ten-minute leases were waited out"
-    assert status(parked.pk) == InstanceStatus.BLOCKED, dump(parked.pk)
-    # Step a's provider was called once (before the kill), step b's once: nothing again.
-    assert effects.call_count() == 2
+    for parked in both:
+        assert status(parked.pk) == InstanceStatus.BLOCKED, dump(parked.pk)
+    # Step a's provider was called once per instance (before the kill), step b's once:
+    # nothing again.
+    assert effects.call_count() == 3
     second.kill()
