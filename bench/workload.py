@@ -159,6 +159,8 @@ class Instruments:
             return execute(sql, params, many, context)
         finally:
             self.statement_seconds += perf_counter() - start
+            if self.log is not None and not context["connection"].in_atomic_block:
+                self.log.append(("commit", "autocommit"))  # its own implicit transaction
 
 
 @contextmanager

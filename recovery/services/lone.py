@@ -37,7 +37,7 @@ from django.db import IntegrityError, connection
 
 from .. import chain
 from ..chain import Head
-from ..db import dialect, one_call_steps
+from ..db import dialect, lone_calls
 from ..states import can_transition
 from ..subjects import Subject
 from ._ledger import INCIDENT_TABLE, OP_TABLE, RecordedOperation
@@ -50,8 +50,8 @@ _SUBJECT = "subject_type = %s AND subject_id = %s"
 
 def alone() -> bool:
     """Whether a ledger call here may be one autocommit statement: PostgreSQL's one-call
-    path (not inside ``multi_statement``), outside any transaction."""
-    return one_call_steps() and not connection.in_atomic_block and connection.get_autocommit()
+    path (not inside ``multi_statement`` or ``transactions_only``), outside any transaction."""
+    return lone_calls() and not connection.in_atomic_block and connection.get_autocommit()
 
 
 def _run(sql: str, params: list[Any]) -> bool:
