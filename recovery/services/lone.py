@@ -149,7 +149,7 @@ def observe_alone(
     fenced, fenced_params = fence_condition(fence)
     params = [*_tail_params(mark), state, revision, result_fp, checkpoint.seq, key]
     params += [op["state"], op["revision"], *fenced_params, subject.type, subject.id]
-    sql = _success_sql(len(mark.written), len(mark.touched), fenced)
+    sql = _success_sql(fenced)
     if not _run(sql, [*params, *checkpoint.row()]):
         chain.mark_forget_written(fence)
         return None
@@ -159,39 +159,40 @@ def observe_alone(
 
 
 def _tail_params(mark) -> list[Any]:
-    """The parameters of :func:`_success_sql`'s tail condition, in its order."""
+    """The parameters of :func:`_success_sql`'s tail condition, in its order: the mark's
+    checkpoint, then every checkpoint and every operation row past the mark as the run
+    wrote them (each row as text, in the order the statement aggregates them)."""
     subject = mark.subject
-    head_seq = mark.head[0]
+    cps = [[str(c.seq), *c.row()[3:]] for c in mark.written]
+    ops = [
+        [key, *(str(mark.touched[key][field]) for _, field in chain.COMPARED)]
+        for key in sorted(mark.touched)
+    ]
     params: list[Any] = [mark.seq, subject.type, subject.id, mark.seq, mark.link]
-    for checkpoint in mark.written:
-        params += checkpoint.row()
-    params += [subject.type, subject.id, head_seq]
-    for key, values in mark.touched.items():
-        params += [key, subject.type, subject.id]
-        params += [values[field] for _, field in chain.COMPARED]
-    params += [subject.type, subject.id, mark.seq, *mark.touched]
+    params += [subject.type, subject.id, mark.seq, cps, subject.type, subject.id, mark.seq, ops]
     return params
 
 
-@functools.lru_cache(maxsize=32)
-def _success_sql(written: int, touched: int, fenced: str) -> str:
-    """The success's one statement for a tail of ``written`` checkpoints touching
-    ``touched`` operations: the tail condition, the compare-and-swap, the checkpoint."""
-    stored = " AND ".join(f"{c.strip()} = %s" for c in chain.CHECKPOINT_COLUMNS.split(","))
-    compared = " AND ".join(f"{column} = %s" for column, _ in chain.COMPARED)
-    tail = [
-        f"(%s = 0 OR EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq = %s AND link = %s))",
-        *(f"EXISTS (SELECT 1 FROM {_CP} WHERE {stored})" for _ in range(written)),
-        f"NOT EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq > %s)",
-        *(
-            f"EXISTS (SELECT 1 FROM {OP_TABLE} WHERE key = %s AND {_SUBJECT} AND {compared})"
-            for _ in range(touched)
-        ),
-        f"NOT EXISTS (SELECT 1 FROM {OP_TABLE} WHERE {_SUBJECT} AND chain_seq > %s "
-        f"AND key NOT IN ({', '.join('%s' for _ in range(touched))}))",
-    ]
+_CP_TEXT = ", ".join(f"c.{c.strip()}::text" for c in chain.CHECKPOINT_COLUMNS.split(",")[2:])
+_OP_TEXT = ", ".join(f"o.{column}::text" for column in chain.OP_COLUMNS)
+
+
+@functools.lru_cache(maxsize=4)
+def _success_sql(fenced: str) -> str:
+    """The success's one statement: the tail condition, the compare-and-swap, the checkpoint.
+
+    The tail condition: the mark's checkpoint still has its link, and the checkpoints and
+    the operation rows past the mark, aggregated in order, equal what the run wrote — so
+    none is missing, changed or added."""
+    tail = (
+        f"(%s = 0 OR EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq = %s AND link = %s)) "
+        f"AND (SELECT array_agg(ARRAY[{_CP_TEXT}] ORDER BY c.seq) FROM {_CP} c "
+        "WHERE c.subject_type = %s AND c.subject_id = %s AND c.seq > %s) = %b::text[] "
+        f'AND (SELECT array_agg(ARRAY[{_OP_TEXT}] ORDER BY o.key COLLATE "C") FROM {OP_TABLE} o '
+        "WHERE o.subject_type = %s AND o.subject_id = %s AND o.chain_seq > %s) = %b::text[]"
+    )
     return (
-        f"WITH ok AS (SELECT {' AND '.join(tail)} AS ok), "
+        f"WITH ok AS (SELECT {tail} AS ok), "
         f"up AS (UPDATE {OP_TABLE} SET state = %s, revision = %s, result_fp = %s, "
         f"chain_seq = %s, updated_at = {dialect().now} WHERE key = %s AND state = %s "
         f"AND revision = %s AND {fenced} AND NOT EXISTS (SELECT 1 FROM {INCIDENT_TABLE} "
