@@ -14,11 +14,14 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from recovery import api, chain
 from recovery.models import Checkpoint, IntegrityIncident, Operation
 from recovery.subjects import LEDGER_WATERMARK
-from recovery.testing import fingerprints, record
+from recovery.testing import fingerprints, live_fence, new_subject, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +39,9 @@ def standing(subject):
 def recorded(subject, fence, n: int):
     """Operation ``n`` of ``subject``: the same key and fingerprints on every path."""
     fps = fingerprints({"n": n})
-    fps["idempotency_fp"] = api.fingerprint_value(api.FingerprintKind.IDEMPOTENCY_KEY, n)
+    fps["idempotency_fp"] = api.fingerprint_value(
+        api.FingerprintKind.IDEMPOTENCY_KEY, f"{subject}:{n}"
+    )
     return api.operation_record(
         subject=subject, step_id=f"step-{n}", action="test.notify", recovery_mode="non_atomic",
         nonce=f"{subject.id}:{n}", ordinal=0, fence=fence, **fps,
@@ -89,32 +94,52 @@ def test_a_first_lifecycle_on_a_fresh_subject_is_one_statement_per_commit(subjec
     assert (sent == 2) if lone(path) else (sent > 2)
 
 
-# One sequence of what a standalone caller does: successes, a failure and a retry, a
-# pending answer polled, an unknown outcome, someone else's fact in between.
-SEQUENCE = ("ok", "ok", "fail", "ok", "fact", "ok", "pending", "ok", "unknown", "ok", "ok")
+# What a standalone caller does: successes, failures, pending answers and unknown outcomes
+# (each then retried by a new operation), someone else's fact in between, a success
+# repeated, the process restarted (its marks forgotten), several operations in flight.
+MOVES = ("ok", "fail", "pending", "unknown", "fact", "again", "restart", "two")
+OBSERVED = {"fail": "failed", "pending": "pending", "unknown": "outcome_unknown"}
 
 
-def run_sequence(subject, fence):
-    for n, move in enumerate(SEQUENCE):
+def run_sequence(subject, fence, moves) -> None:
+    done = None
+    for n, move in enumerate(moves):
         if move == "fact":
             api.fact_append(subject=subject, kind="tests.meanwhile", fact={"n": n})
-            continue
-        op = recorded(subject, fence, n)
-        state = {"fail": "failed", "pending": "pending", "unknown": "outcome_unknown"}
-        api.operation_observe(key=op.key, state=state.get(move, "succeeded"), fence=fence)
+        elif move == "restart":
+            chain.marks_clear()
+        elif move == "again" and done is not None:
+            api.operation_observe(key=done.key, state="succeeded", fence=fence, result={"n": 1})
+        elif move == "two":
+            first, second = recorded(subject, fence, 2 * n), recorded(subject, fence, 2 * n + 1)
+            for op in (second, first):
+                api.operation_observe(key=op.key, state="succeeded", fence=fence)
+        elif move != "again":
+            op = recorded(subject, fence, 2 * n)
+            state = OBSERVED.get(move, "succeeded")
+            observed = api.operation_observe(key=op.key, state=state, fence=fence, result={"n": 1})
+            done = observed if state == "succeeded" else done
 
 
-def test_both_paths_leave_the_same_rows_and_links(subject, fence):
-    run_sequence(subject, fence)
+@hypothesis_settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(moves=st.lists(st.sampled_from(MOVES), min_size=1, max_size=10))
+def test_both_paths_leave_the_same_rows_and_links(moves):
+    subject = new_subject()
+    fence = live_fence(subject)
+    chain.marks_clear()
+    run_sequence(subject, fence, moves)
     written = rows(subject)
     assert api.chain_verify(subject).ok
     Operation.objects.filter(subject_type=subject.type, subject_id=subject.id).delete()
     Checkpoint.objects.filter(subject_type=subject.type, subject_id=subject.id).delete()
     chain.marks_clear()
     with api.multi_statement():
-        run_sequence(subject, fence)
+        run_sequence(subject, fence, moves)
     assert rows(subject) == written
-    assert len(written[1]) == 2 * len(SEQUENCE) - 1
 
 
 def test_a_run_that_never_wrote_the_subject_lands_after_its_head(subject, fence, path):
