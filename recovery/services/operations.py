@@ -102,13 +102,8 @@ def operation_record(
     :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
     ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`).
     """
-    fps = {
-        "definition_fp": definition_fp,
-        "input_fp": input_fp,
-        "preview_fp": preview_fp,
-        "access_fp": access_fp,
-        "idempotency_fp": idempotency_fp,
-    }
+    fps = dict(definition_fp=definition_fp, input_fp=input_fp, preview_fp=preview_fp)
+    fps |= dict(access_fp=access_fp, idempotency_fp=idempotency_fp)
     _check_record(fps, recovery_mode, state, ordinal)
     state, recovery_mode = str(state), str(recovery_mode)
     key = operation_key(
@@ -135,9 +130,7 @@ def operation_record(
         insert_recorded(cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state)
     if outermost:  # committed: the run's next call may follow it without reading
         chain.mark_wrote(fence, checkpoint, fact)
-    return RecordedOperation(
-        key=key, subject=subject, state=state, revision=1, chain_seq=checkpoint.seq
-    )
+    return RecordedOperation(key, subject, state, 1, checkpoint.seq)
 
 
 def _recorded_fact(key: str, state: str, row: dict, fence: Fence, ordinal: int) -> dict:
