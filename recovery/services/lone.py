@@ -55,8 +55,8 @@ def alone() -> bool:
 
 
 def _run(sql: str, params: list[Any]) -> bool:
-    """Run one write; False when its conditions matched nothing or its checkpoint lost the
-    compare-and-swap (the statement, and its implicit transaction, rolled back)."""
+    """Run one write; False when its conditions matched nothing (nothing was written) or
+    its checkpoint lost the compare-and-swap (the whole statement rolled back)."""
     try:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
