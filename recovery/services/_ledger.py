@@ -62,11 +62,12 @@ class RecordedOperation:
     result_fp: str = ""
     changed: bool = True
     """False when the call repeated an identical terminal observation (a no-op)."""
-    written: tuple[chain.Prepared, dict[str, Any]] | None = field(
+    written: tuple[chain.Head, str, dict[str, Any], str] | None = field(
         default=None, compare=False, repr=False
     )
-    """The checkpoint this call wrote and its fact (internal: what a standalone caller's
-    run remembers once the write committed, ADR 0040)."""
+    """What the checkpoint this call appended was prepared from: head, kind, fact and
+    projection (internal: a standalone caller's run remembers it once the write
+    committed, ADR 0040)."""
 
 
 def load_row(cursor, key: str) -> dict[str, Any]:
@@ -166,8 +167,7 @@ def transition(
         "result_fp": result_fp,
         **fact_extra,
     }
-    checkpoint = chain.prepare(subject, head, kind, fact, projection_fp)
-    chain.insert_prepared(cursor, checkpoint)
+    chain.append(cursor, subject, head, kind, fact, projection_fp)
     return RecordedOperation(
         key=row["key"],
         subject=subject,
@@ -175,7 +175,7 @@ def transition(
         revision=revision,
         chain_seq=seq,
         result_fp=result_fp,
-        written=(checkpoint, fact),
+        written=(head, kind, fact, projection_fp),
     )
 
 

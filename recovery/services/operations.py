@@ -206,7 +206,9 @@ def operation_observe(
             return done
     done = _observe(key, state, fence, result_fp, input_fp, extra, projection_fp)
     if outermost and done.written is not None:  # committed: the run remembers it
-        chain.mark_wrote(fence, *done.written)
+        head, kind, fact, projection = done.written
+        checkpoint = chain.prepare(done.subject, head, kind, fact, projection)
+        chain.mark_wrote(fence, checkpoint, fact)
     return done
 
 
