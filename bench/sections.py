@@ -126,14 +126,15 @@ def show_main(variant, steps: int) -> None:
     say()
 
 
-def show_baseline(variants: list) -> dict:
-    """Print the raw-psycopg variants and the round-trip floor; return their median rates."""
+def show_baseline(variants: list, wire) -> dict:
+    """Print the raw-psycopg variants and the round-trip floors; return their median rates."""
     import baseline
 
     n = len(baseline.SHAPE[0]) + len(baseline.SHAPE[1])
-    say(f"Raw psycopg baseline: the same {n} statements (SQL text captured above, same parameter")
-    say("shapes: checked), in 2 transactions, without Django, keys, facts and links computed")
-    say("before timing: what the database and the driver allow from Python")
+    say(f"Raw psycopg baseline: the {n} statements of the transaction path (ADR 0035: SQL text")
+    say("captured inside recovery.api.transactions_only(), same parameter shapes: checked), in")
+    say("2 transactions, without Django, keys, facts and links computed before timing: what the")
+    say("database and the driver allow from Python for the lifecycle as it was before ADR 0040")
     rows = []
     for v in variants:
         summary = v.summary()
@@ -169,9 +170,16 @@ def show_baseline(variants: list) -> dict:
         f"commit {commit:,.0f} µs;"
     )
     say(
-        f"  {trips} round trips of which 2 flush WAL: {trips - 2} x {round_trip:,.0f} + 2 x "
-        f"{commit:,.0f} = "
+        f"  transaction path: {trips} round trips of which 2 flush WAL: {trips - 2} x "
+        f"{round_trip:,.0f} + 2 x {commit:,.0f} = "
         f"{floor:,.0f} µs, at most {1e6 / floor:,.0f} lifecycles/s before any work"
+    )
+    trips = wire.round_trips / wire.lifecycles
+    floor = (trips - 2) * round_trip + 2 * commit
+    say(
+        f"  as configured (traced above): {trips:.1f} round trips of which 2 flush WAL: "
+        f"{trips - 2:.1f} x {round_trip:,.0f} + 2 x {commit:,.0f} = {floor:,.0f} µs, at most "
+        f"{1e6 / floor:,.0f} lifecycles/s before any work"
     )
     say()
     return {v.tag: v.summary()["median"] for v in variants}

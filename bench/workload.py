@@ -4,7 +4,9 @@ One lifecycle is what the engine does around one non-atomic step:
 
 1. ``operation_record`` (state ``dispatched``): the dispatch-boundary commit;
 2. ``operation_observe(state="succeeded", result=…)``: the terminal state and its
-   checkpoint commit, after verifying the subject's whole chain.
+   checkpoint commit, after verifying the subject's chain (the whole chain at a run's
+   first success, then its tail; outside a transaction on PostgreSQL, checked inside the
+   write: ADR 0040).
 
 Subjects are workflow instances of ``steps`` operations each, run one after another, so
 chains stay as short as a real instance's. Each instance gets one lease (long ttl),
@@ -159,6 +161,8 @@ class Instruments:
             return execute(sql, params, many, context)
         finally:
             self.statement_seconds += perf_counter() - start
+            if self.log is not None and not context["connection"].in_atomic_block:
+                self.log.append(("commit", "autocommit"))  # its own implicit transaction
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from .db import (
     model_columns,
     multi_statement,
     rows_as,
+    transactions_only,
 )
 from .errors import (
     AnchorStoreError,
@@ -386,4 +387,5 @@ __all__ = [
     "subject_verify",
     "trail_read",
     "trail_verify",
+    "transactions_only",
 ]

@@ -78,6 +78,27 @@ def multi_statement() -> Iterator[None]:
         _MULTI_STATEMENT.reset(token)
 
 
+_TRANSACTIONS_ONLY: ContextVar[bool] = ContextVar("recovery_transactions_only", default=False)
+
+
+def lone_calls() -> bool:
+    """Whether a standalone ledger call outside any transaction may be one autocommit
+    statement here (ADR 0040): the one-call path, unless :func:`transactions_only` asks
+    for the transactions."""
+    return one_call_steps() and not _TRANSACTIONS_ONLY.get()
+
+
+@contextmanager
+def transactions_only() -> Iterator[None]:
+    """Send standalone ledger calls as transactions (``BEGIN``, reads, writes, ``COMMIT``)
+    even outside one, as before ADR 0040: for benchmarks and tests comparing the two."""
+    token = _TRANSACTIONS_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _TRANSACTIONS_ONLY.reset(token)
+
+
 def dialect() -> Dialect:
     """The fragments for the default database, where the ledger lives."""
     return dialect_of(connection)

@@ -7,11 +7,13 @@ Removing checkpoints from the *end* leaves a valid shorter chain: that is detect
 against a watermark (a revision a reader saw earlier) and against the operation rows,
 which remember the position of their latest checkpoint.
 
-Four modules, each importing only the ones before it: :mod:`.links` writes and reads the
+Five modules, each importing only the ones before it: :mod:`.links` writes and reads the
 chain's rows, :mod:`.marks` keeps how far a run verified a chain (ADR 0034: a success
 verifies only the tail after its run's mark), :mod:`.replay` recomputes a chain from rows
-already read (no database), whole or from a mark, and :mod:`.verify` reads a subject's
-rows and verifies them. Import from this package.
+already read (no database), whole or from a mark, :mod:`.written` keeps what a run wrote
+after its mark (ADR 0040: a standalone success checks it inside its write instead of
+reading it), and :mod:`.verify` reads a subject's rows and verifies them. Import from this
+package.
 """
 
 from .links import (
@@ -34,6 +36,9 @@ from .links import (
 from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear, marks_of
 from .replay import Verification, compare, verify_marking, verify_rows, verify_tail
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
+from .written import forget as mark_forget_written
+from .written import verified_through as mark_verified_through
+from .written import wrote as mark_wrote
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
@@ -55,8 +60,11 @@ __all__ = [
     "load_checkpoints",
     "load_operations",
     "mark_drop",
+    "mark_forget_written",
     "mark_keep",
     "mark_peek",
+    "mark_verified_through",
+    "mark_wrote",
     "marks_clear",
     "marks_of",
     "prepare",

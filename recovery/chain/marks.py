@@ -37,6 +37,24 @@ class Mark:
     link: str
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every operation as the verified chain replays it at ``seq``."""
+    written: list[Any] = field(default_factory=list)
+    """Checkpoints this run committed after ``seq``, in order (``links.Prepared``; ADR 0040):
+    known because this process computed them, not verified as stored until a success's
+    write finds them unchanged (``recovery.services.lone``)."""
+    touched: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The operations ``written`` changed, as replaying it after ``seq`` leaves them."""
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """The chain's head as this run knows it: its last write, else the mark."""
+        if self.written:
+            return self.written[-1].seq, self.written[-1].link
+        return self.seq, self.link
+
+    def forget_written(self) -> None:
+        """What the run wrote is no longer known to be the chain: read it next time."""
+        self.written = []
+        self.touched = {}
 
 
 _marks: OrderedDict[tuple[str, str, int], Mark] = OrderedDict()

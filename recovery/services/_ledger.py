@@ -9,7 +9,7 @@ expects the caller's open transaction and cursor.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
@@ -62,6 +62,12 @@ class RecordedOperation:
     result_fp: str = ""
     changed: bool = True
     """False when the call repeated an identical terminal observation (a no-op)."""
+    written: tuple[chain.Head, str, dict[str, Any], str] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """What the checkpoint this call appended was prepared from: head, kind, fact and
+    projection (internal: a standalone caller's run remembers it once the write
+    committed, ADR 0040)."""
 
 
 def load_row(cursor, key: str) -> dict[str, Any]:
@@ -169,6 +175,7 @@ def transition(
         revision=revision,
         chain_seq=seq,
         result_fp=result_fp,
+        written=(head, kind, fact, projection_fp),
     )
 
 
@@ -244,7 +251,8 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
 def marked_since(fence: Fence) -> int | None:
     """Where the run holding ``fence`` verified its chain through (ADR 0034), if it did."""
     mark = chain.mark_peek(fence)
-    return None if mark is None else mark.seq
+    # A mark at #0 (a fresh chain this run wrote, ADR 0040) verified nothing to start from.
+    return None if mark is None or mark.seq == 0 else mark.seq
 
 
 def verified_head(
@@ -294,6 +302,7 @@ def verified_head(
             verification,
         )
     if fence is not None and mark is not None:
+        mark.forget_written()  # what the run wrote was read and verified with the rest
         chain.mark_keep(fence, mark)
     if not checkpoints:
         return chain.EMPTY

@@ -44,6 +44,7 @@ from ._ledger import (
 )
 from .dispatch_write import _RECORDED, SETTLED_FOR_A_NEW_ATTEMPT, insert_recorded
 from .leases import Fence
+from .lone import alone, observe_alone, record_alone
 
 __all__ = [
     "EffectOperation",
@@ -101,13 +102,8 @@ def operation_record(
     :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
     ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`).
     """
-    fps = {
-        "definition_fp": definition_fp,
-        "input_fp": input_fp,
-        "preview_fp": preview_fp,
-        "access_fp": access_fp,
-        "idempotency_fp": idempotency_fp,
-    }
+    fps = dict(definition_fp=definition_fp, input_fp=input_fp, preview_fp=preview_fp)
+    fps |= dict(access_fp=access_fp, idempotency_fp=idempotency_fp)
     _check_record(fps, recovery_mode, state, ordinal)
     state, recovery_mode = str(state), str(recovery_mode)
     key = operation_key(
@@ -120,13 +116,21 @@ def operation_record(
     )
     row = {"step_id": step_id, "action": action, "recovery_mode": recovery_mode, **fps}
     fact = _recorded_fact(key, state, row, fence, ordinal)
+    outermost = alone()
+    if outermost:  # one statement after the run's own last write (ADR 0040)
+        done = record_alone(
+            key, row, fact, subject=subject, fence=fence, ordinal=ordinal, state=state,
+            projection_fp=projection_fp,
+        )  # fmt: skip
+        if done is not None:
+            return done
     with atomic(), connection.cursor() as cursor:
         head = chain.read_head(cursor, subject)
         checkpoint = chain.prepare(subject, head, "operation.recorded", fact, projection_fp)
         insert_recorded(cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state)
-    return RecordedOperation(
-        key=key, subject=subject, state=state, revision=1, chain_seq=checkpoint.seq
-    )
+    if outermost:  # committed: the run's next call may follow it without reading
+        chain.mark_wrote(fence, checkpoint, fact)
+    return RecordedOperation(key, subject, state, 1, checkpoint.seq)
 
 
 def _recorded_fact(key: str, state: str, row: dict, fence: Fence, ordinal: int) -> dict:
@@ -192,6 +196,24 @@ def operation_observe(
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
     extra: dict[str, Any] = {"by_fence": fence.fence, **({"by": by} if by else {})}
+    outermost = alone()
+    if outermost and state in SUCCESS:  # one statement, the tail checked in it (ADR 0040)
+        done = observe_alone(
+            key, state, fence, result_fp=result_fp, input_fp=input_fp, fact_extra=extra,
+            projection_fp=projection_fp,
+        )  # fmt: skip
+        if done is not None:
+            return done
+    done = _observe(key, state, fence, result_fp, input_fp, extra, projection_fp)
+    if outermost and done.written is not None:  # committed: the run remembers it
+        head, kind, fact, projection = done.written
+        checkpoint = chain.prepare(done.subject, head, kind, fact, projection)
+        chain.mark_wrote(fence, checkpoint, fact)
+    return done
+
+
+def _observe(key, state, fence, result_fp, input_fp, extra, projection_fp) -> RecordedOperation:
+    """:func:`operation_observe` in a transaction: read, check, verify a success, write."""
     with opening_incidents(), atomic(), connection.cursor() as cursor:
         since = marked_since(fence) if state in SUCCESS else None
         checkpoints = None
