@@ -39,8 +39,8 @@ from django_q.signing import PickleSerializer
 
 from recovery.api import model_columns, rows_as
 
-from .cluster import APPLICATION, application_named
 from .conf import lease_ttl, worker_runs
+from .db import APPLICATION, application_named
 from .liveness import worker_name
 from .queue import ADVANCE, ADVANCE_GROUP, Claim, instances_claim
 from .services.reconnect import DROPPED
@@ -136,7 +136,7 @@ class ClaimBroker(ORM):
 
 
 def _pusher_named() -> None:
-    """The pusher's connections name it (``cluster.application_named``), in a ``qcluster``
+    """The pusher's connections name it (``db.application_named``), in a ``qcluster``
     whose processes are named: only the pusher dequeues."""
     options = connection.settings_dict.get("OPTIONS", {})
     if options.get("application_name", "").startswith(f"{APPLICATION} "):

@@ -34,6 +34,7 @@ from django_q.signals import post_spawn
 from govflow.events.publisher import Publisher
 
 from .conf import lease_ttl
+from .db import application_named
 from .liveness import holder_is_dead, liveness_lock_disable, liveness_lock_enable, worker_name
 from .runpool import run_pool_disable, run_pool_enable
 from .services.sweep import Sweeper
@@ -165,31 +166,6 @@ def idle_limited(options: dict, *, seconds: float) -> dict:
         return options
     limit = f"-c idle_in_transaction_session_timeout={max(1, round(seconds * 1000))}"
     return {**options, "options": f"{given} {limit}".strip()}
-
-
-APPLICATION = "govflow"
-"""How the ``qcluster``'s connections name themselves to PostgreSQL (``application_name``):
-``govflow <role>``, so ``pg_stat_activity`` and the server's log tell the processes apart."""
-
-
-def application_named(role: str) -> None:
-    """Name this thread's PostgreSQL connections ``govflow <role>`` (from their next connect).
-
-    Called by each kind of process and thread of a ``qcluster`` (the main process and the
-    processes it forks: ``qcluster``; the workers: ``worker``; the pusher: ``pusher``; the
-    sweeper and publisher threads) before it uses the database. A name the configured
-    ``OPTIONS`` give is kept. Only this thread's connection objects get a copy of the
-    settings with the name, so another thread's name is not changed.
-    """
-    for conn in connections.all(initialized_only=False):
-        options = conn.settings_dict.get("OPTIONS", {})
-        given = options.get("application_name")
-        if conn.vendor != "postgresql" or (given and not given.startswith(f"{APPLICATION} ")):
-            continue
-        options = {**options, "application_name": f"{APPLICATION} {role}"}
-        conn.settings_dict = {**conn.settings_dict, "OPTIONS": options}
-        if conn.connection is not None and not conn.in_atomic_block:
-            conn.close()  # named from the next statement on
 
 
 def _worker_named(sender, **kwargs) -> None:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.db import connection as default_connection
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models.functions import Now
 
 from recovery.api import Dialect, atomic, dialect_of, joined
@@ -157,3 +157,28 @@ def clock_read() -> dt.datetime:
     if isinstance(value, str):  # SQLite: 'YYYY-MM-DD HH:MM:SS.SSS' in UTC
         value = dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
     return value
+
+
+APPLICATION = "govflow"
+"""How the ``qcluster``'s connections name themselves to PostgreSQL (``application_name``):
+``govflow <role>``, so ``pg_stat_activity`` and the server's log tell the processes apart."""
+
+
+def application_named(role: str) -> None:
+    """Name this thread's PostgreSQL connections ``govflow <role>`` (from their next connect).
+
+    Called by each kind of process and thread of a ``qcluster`` (the main process and the
+    processes it forks: ``qcluster``; the workers: ``worker``; the pusher: ``pusher``; the
+    sweeper and publisher threads) before it uses the database. A name the configured
+    ``OPTIONS`` give is kept. Only this thread's connection objects get a copy of the
+    settings with the name, so another thread's name is not changed.
+    """
+    for conn in connections.all(initialized_only=False):
+        options = conn.settings_dict.get("OPTIONS", {})
+        given = options.get("application_name")
+        if conn.vendor != "postgresql" or (given and not given.startswith(f"{APPLICATION} ")):
+            continue
+        options = {**options, "application_name": f"{APPLICATION} {role}"}
+        conn.settings_dict = {**conn.settings_dict, "OPTIONS": options}
+        if conn.connection is not None and not conn.in_atomic_block:
+            conn.close()  # named from the next statement on

@@ -50,6 +50,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from .conf import worker_runs
+from .db import application_named
 from .queue import ADVANCE, ADVANCE_GROUP, Claim
 from .services.runtime import instance_run
 
@@ -114,8 +115,6 @@ class RunPool:
             thread.join()
 
     def _serve(self) -> None:
-        from .cluster import application_named  # cluster.py starts this pool
-
         application_named("worker")  # this thread's connections, as its process's (ADR 0042)
         try:
             while True:

@@ -14,7 +14,8 @@ import time
 import pytest
 from django.db import DatabaseError, connection
 
-from govflow.engine.cluster import application_named, idle_limited, idle_transactions_ended
+from govflow.engine.cluster import idle_limited, idle_transactions_ended
+from govflow.engine.db import application_named
 from recovery import api
 from tests.dbclock import wait_until_expired
 
