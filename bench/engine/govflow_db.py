@@ -164,18 +164,24 @@ def first_step_since(ids: list[int], since: dt.datetime) -> float | None:
 def taken_over_since(ids: set[int], since: dt.datetime) -> tuple[int, float | None]:
     """(how many of ``ids`` were written again after ``since``, seconds until the last).
 
-    For an instance a killed cluster stranded, its first token write after the restart is
-    the new cluster's run of it taking over. Not the lease's ``acquired_at``: that is the
-    latest acquisition, which a later run (an unknown outcome's reconciliation, say) moves
-    past the takeover."""
+    For an instance a killed cluster stranded, the first checkpoint its chain got after
+    the restart is the new cluster's run of it taking over (``recorded_at``: checkpoints
+    are only ever appended). Not a lease's ``acquired_at`` or a token's ``updated_at``:
+    those are the latest acquisition and the latest change, which a later run (an
+    unknown outcome's reconciliation, say) moves past the takeover."""
     from django.db.models import Min
 
-    from govflow.engine.models import Token
+    from govflow.engine.projection import SUBJECT_TYPE
+    from recovery.models import Checkpoint
 
     firsts = (
-        Token.objects.filter(instance_id__in=ids, updated_at__gte=since)
-        .values("instance_id")
-        .annotate(t=Min("updated_at"))
+        Checkpoint.objects.filter(
+            subject_type=SUBJECT_TYPE,
+            subject_id__in=[str(pk) for pk in ids],
+            recorded_at__gte=since,
+        )
+        .values("subject_id")
+        .annotate(t=Min("recorded_at"))
         .values_list("t", flat=True)
     )
     moments = list(firsts)

@@ -182,7 +182,12 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
     poller = gdb.Poller()
     warm, _ = gdb.start_instances(definition, 5 * workers, cfg.govflow_enqueue_threads)
     gdb.wait_settled(poller, warm, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
+    # The run's instances are all started while no cluster runs, then a cluster starts on
+    # them: starting 1,000 takes seconds, and a cluster running meanwhile could be far
+    # past the kill point before the wait for it began (as DBOS's workers, below).
+    cluster.kill()
     ids, _ = gdb.start_instances(definition, cfg.recovery_n, cfg.govflow_enqueue_threads)
+    cluster = start()
     target = int(cfg.kill_fraction * len(ids) * gdb.STEPS)
     wait_until(
         lambda: poller.steps_done(ids[0], ids[-1]) >= target,
@@ -422,7 +427,12 @@ def dbos_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
         dbos.enqueue(url, "warm", 5 * workers, cfg.dbos.enqueue_threads, log)
         progress.wait_done("warm", 5 * workers, timeout=SETTLE_TIMEOUT, groups=pool.groups)
         n = cfg.recovery_n
+        # Enqueued while no worker runs, as GovFlow's instances are started (above).
+        pool.kill()
         dbos.enqueue(url, "run", n, cfg.dbos.enqueue_threads, log)
+        pool = dbos.Workers(
+            url=url, count=workers, settings=cfg.dbos, tag="rec1", log_dir=cfg.log_dir
+        )
         target = int(cfg.kill_fraction * n * dbos.STEPS)
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while progress.steps_done("run") < target:
