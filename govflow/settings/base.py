@@ -13,6 +13,8 @@ from pathlib import Path
 import csp.constants
 import dj_database_url
 
+from .environ import env_float, env_int
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("GOVFLOW_VAR_DIR", BASE_DIR / "var"))
 
@@ -156,20 +158,20 @@ OTP_TOTP_ISSUER = os.environ.get("GOVFLOW_OTP_ISSUER", "GovFlow")
 # secret only to its owner (govflow/identity/views.py).
 OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 # A privileged session ends after this many seconds without a request (others: 2 weeks).
-GOVFLOW_PRIVILEGED_IDLE_SECONDS = int(os.environ.get("GOVFLOW_PRIVILEGED_IDLE_SECONDS", 15 * 60))
+GOVFLOW_PRIVILEGED_IDLE_SECONDS = env_int("GOVFLOW_PRIVILEGED_IDLE_SECONDS", 15 * 60)
 
 # Login throttling (django-axes): after AXES_FAILURE_LIMIT failures a username is locked,
 # and so is an address, each on its own, for GOVFLOW_LOCKOUT_HOURS (or until an
 # administrator resets it). Every attempt is kept in axes' tables (admin: Axes).
-AXES_FAILURE_LIMIT = int(os.environ.get("GOVFLOW_LOGIN_FAILURE_LIMIT", 5))
+AXES_FAILURE_LIMIT = env_int("GOVFLOW_LOGIN_FAILURE_LIMIT", 5)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_COOLOFF_TIME = float(os.environ.get("GOVFLOW_LOCKOUT_HOURS", 1))
+AXES_COOLOFF_TIME = env_float("GOVFLOW_LOCKOUT_HOURS", 1)
 AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_TEMPLATE = "identity/locked_out.html"
 # Behind a proxy, GOVFLOW_PROXY_COUNT trusted proxies add X-Forwarded-For; without one the
 # socket's address counts (a client cannot choose its address by sending a header).
-AXES_IPWARE_PROXY_COUNT = int(os.environ.get("GOVFLOW_PROXY_COUNT", 0)) or None
+AXES_IPWARE_PROXY_COUNT = env_int("GOVFLOW_PROXY_COUNT", 0) or None
 AXES_IPWARE_META_PRECEDENCE_ORDER = (
     ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
 )
@@ -218,10 +220,8 @@ STORAGES = {
     },
 }
 RECOVERY_EVIDENCE_STORAGE = "recovery_evidence"
-RECOVERY_EVIDENCE_MAX_BYTES = int(os.environ.get("GOVFLOW_EVIDENCE_MAX_BYTES", 20 * 1024 * 1024))
-RECOVERY_EVIDENCE_MAX_TOTAL_BYTES = int(
-    os.environ.get("GOVFLOW_EVIDENCE_MAX_TOTAL_BYTES", 50 * 1024 * 1024)
-)
+RECOVERY_EVIDENCE_MAX_BYTES = env_int("GOVFLOW_EVIDENCE_MAX_BYTES", 20 * 1024 * 1024)
+RECOVERY_EVIDENCE_MAX_TOTAL_BYTES = env_int("GOVFLOW_EVIDENCE_MAX_TOTAL_BYTES", 50 * 1024 * 1024)
 
 # Uploads: a file above 1 MiB is spooled by Django to a temporary file (in
 # FILE_UPLOAD_TEMP_DIR, default the system's) instead of memory, and evidence is streamed
@@ -247,19 +247,19 @@ RECOVERY_ANCHOR_STORE = "recovery.anchors.FileAnchorStore"
 RECOVERY_ANCHOR_PATH = Path(
     os.environ.get("GOVFLOW_ANCHOR_PATH", VAR_DIR / "anchors" / "ledger.anchors")
 )
-RECOVERY_ANCHOR_INTERVAL = float(os.environ.get("GOVFLOW_ANCHOR_INTERVAL", 10))
+RECOVERY_ANCHOR_INTERVAL = env_float("GOVFLOW_ANCHOR_INTERVAL", 10)
 
 # Engine tuning (seconds unless said otherwise); see docs/deployment.md.
-GOVFLOW_LEASE_TTL = float(os.environ.get("GOVFLOW_LEASE_TTL", 30))
-GOVFLOW_MAX_STEPS_PER_RUN = int(os.environ.get("GOVFLOW_MAX_STEPS_PER_RUN", 500))
-GOVFLOW_RUN_BUDGET = float(os.environ.get("GOVFLOW_RUN_BUDGET", 25))
+GOVFLOW_LEASE_TTL = env_float("GOVFLOW_LEASE_TTL", 30)
+GOVFLOW_MAX_STEPS_PER_RUN = env_int("GOVFLOW_MAX_STEPS_PER_RUN", 500)
+GOVFLOW_RUN_BUDGET = env_float("GOVFLOW_RUN_BUDGET", 25)
 # Runs at once per qcluster worker process (ADR 0041); unset: the engine's default, which
 # is 1 on SQLite.
 if os.environ.get("GOVFLOW_WORKER_RUNS", ""):
-    GOVFLOW_WORKER_RUNS = int(os.environ["GOVFLOW_WORKER_RUNS"])
-GOVFLOW_SWEEP_LEASE_TTL = float(os.environ.get("GOVFLOW_SWEEP_LEASE_TTL", 10))
-GOVFLOW_SWEEP_TICK = float(os.environ.get("GOVFLOW_SWEEP_TICK", 0.25))
-GOVFLOW_SWEEP_DURATION = float(os.environ.get("GOVFLOW_SWEEP_DURATION", 40))
+    GOVFLOW_WORKER_RUNS = env_int("GOVFLOW_WORKER_RUNS", 1)
+GOVFLOW_SWEEP_LEASE_TTL = env_float("GOVFLOW_SWEEP_LEASE_TTL", 10)
+GOVFLOW_SWEEP_TICK = env_float("GOVFLOW_SWEEP_TICK", 0.25)
+GOVFLOW_SWEEP_DURATION = env_float("GOVFLOW_SWEEP_DURATION", 40)
 
 # The REST API (govflow/api, docs/integrations.md). DRF serves only the API's views.
 REST_FRAMEWORK = {
@@ -280,12 +280,12 @@ REST_FRAMEWORK = {
     "DEFAULT_METADATA_CLASS": None,
     "EXCEPTION_HANDLER": "govflow.api.problems.exception_handler",
     "URL_FORMAT_OVERRIDE": None,
-    "NUM_PROXIES": int(os.environ.get("GOVFLOW_API_NUM_PROXIES", 0)),
+    "NUM_PROXIES": env_int("GOVFLOW_API_NUM_PROXIES", 0),
 }
 GOVFLOW_API_RATE = os.environ.get("GOVFLOW_API_RATE", "1200/min")
 GOVFLOW_API_ANON_RATE = os.environ.get("GOVFLOW_API_ANON_RATE", "120/min")
-GOVFLOW_API_MAX_BODY_BYTES = int(os.environ.get("GOVFLOW_API_MAX_BODY_BYTES", 1024 * 1024))
-GOVFLOW_API_IDEMPOTENCY_TTL = float(os.environ.get("GOVFLOW_API_IDEMPOTENCY_TTL", 24 * 3600))
+GOVFLOW_API_MAX_BODY_BYTES = env_int("GOVFLOW_API_MAX_BODY_BYTES", 1024 * 1024)
+GOVFLOW_API_IDEMPOTENCY_TTL = env_float("GOVFLOW_API_IDEMPOTENCY_TTL", 24 * 3600)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "GovFlow API",
@@ -328,7 +328,7 @@ SPECTACULAR_SETTINGS = {
 Q_CLUSTER = {
     "name": "govflow",
     "orm": "default",
-    "workers": int(os.environ.get("GOVFLOW_Q_WORKERS", 2)),
+    "workers": env_int("GOVFLOW_Q_WORKERS", 2),
     "timeout": 60,
     "retry": 180,
     "max_attempts": 0,
@@ -338,7 +338,7 @@ Q_CLUSTER = {
     # django-q2's own default: the last 250 successful tasks are kept, failures always.
     # Instance runs store no success at all (their task says save=False: the outcome is in
     # the instance, its tokens and the ledger; a row would cost a commit per run).
-    "save_limit": int(os.environ.get("GOVFLOW_Q_SAVE_LIMIT", 250)),
+    "save_limit": env_int("GOVFLOW_Q_SAVE_LIMIT", 250),
     # Instance runs are claimed where they are recorded (ADR 0026); other tasks use the
     # ORM broker's queue as before.
     "broker_class": "govflow.engine.broker.ClaimBroker",

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
 from .base import database_from_env
+from .environ import env_int
 
 
 def _required(name: str) -> str:
@@ -30,7 +31,7 @@ RECOVERY_CHAIN_KEYS = _required("GOVFLOW_CHAIN_KEYS")
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = os.environ.get("GOVFLOW_SSL_REDIRECT", "1") == "1"
-SECURE_HSTS_SECONDS = int(os.environ.get("GOVFLOW_HSTS_SECONDS", 31536000))
+SECURE_HSTS_SECONDS = env_int("GOVFLOW_HSTS_SECONDS", 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -44,4 +45,4 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 # A session ends when the browser closes; privileged ones also after
 # GOVFLOW_PRIVILEGED_IDLE_SECONDS without a request (base settings, docs/security.md).
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
-SESSION_COOKIE_AGE = int(os.environ.get("GOVFLOW_SESSION_SECONDS", 8 * 3600))
+SESSION_COOKIE_AGE = env_int("GOVFLOW_SESSION_SECONDS", 8 * 3600)

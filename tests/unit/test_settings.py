@@ -49,3 +49,27 @@ def test_production_refuses_malformed_chain_keys():
     done = manage("check", "--deploy", **dict(PROD_ENV, GOVFLOW_CHAIN_KEYS="k1:not-hex"))
     assert done.returncode != 0
     assert "recovery.E001" in done.stderr + done.stdout
+
+
+def test_a_number_setting_that_is_not_a_number_names_the_variable_and_the_fix():
+    done = manage("check", **dict(PROD_ENV, GOVFLOW_LEASE_TTL="30s"))
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr
+    assert "GOVFLOW_LEASE_TTL='30s' is not a number" in done.stderr
+    assert "for example 30" in done.stderr
+    assert "ValueError" not in done.stderr
+
+
+def test_a_whole_number_setting_refuses_decimals_and_an_empty_one_keeps_its_default():
+    done = manage("check", **dict(PROD_ENV, GOVFLOW_Q_WORKERS="2.5"))
+    assert done.returncode != 0
+    assert "GOVFLOW_Q_WORKERS='2.5' is not a whole number" in done.stderr
+    shown = manage(
+        "shell",
+        "-c",
+        "from django.conf import settings; print('read:', settings.Q_CLUSTER['workers'], "
+        "settings.GOVFLOW_LEASE_TTL)",
+        **dict(PROD_ENV, GOVFLOW_Q_WORKERS=" ", GOVFLOW_LEASE_TTL="12.5"),
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "read: 2 12.5" in shown.stdout.splitlines()
