@@ -177,12 +177,18 @@ def lease_handover(*, fence: Fence, holder: str, ttl: float) -> Fence:
     return Fence(key=fence.key, holder=holder, fence=row[0])
 
 
-def fence_condition(fence: Fence) -> tuple[str, list[object]]:
-    """Return ``(sql, params)`` of an EXISTS condition that holds only for a live fence."""
+def fence_condition(fence: Fence, *, lock: bool = True) -> tuple[str, list[object]]:
+    """Return ``(sql, params)`` of an EXISTS condition that holds only for a live fence.
+
+    ``lock`` (the default, for a condition on a write) share-locks the lease row until the
+    transaction ends, so no new holder takes the lease before the write commits. A
+    statement that writes nothing may test the lease with ``lock=False``: on PostgreSQL a
+    row lock gives its transaction an id and a WAL flush at commit.
+    """
     d = dialect()
     sql = (
         f"EXISTS (SELECT 1 FROM {_TABLE} WHERE key = %s AND holder = %s AND fence = %s "
-        f"AND expires_at > {d.now} {d.share_lock})"
+        f"AND expires_at > {d.now} {d.share_lock if lock else ''})"
     )
     return sql, [fence.key, fence.holder, fence.fence]
 

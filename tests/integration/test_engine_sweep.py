@@ -141,6 +141,31 @@ def test_a_stale_sweeper_fence_fires_nothing_and_queues_nothing():
     assert set(Timer.objects.values_list("fire_fence", flat=True)) == {new.fence}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_with_nothing_due_writes_nothing_and_locks_no_lease_row():
+    """An idle cluster's sweeper passes (four a second) cost no WAL flush (ADR 0042)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("transaction ids and row locks are PostgreSQL's; SQLite's path is unchanged")
+    fence, xids = sweeper_fence(), []
+
+    def xid_after_firing(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "fired AS" in sql:  # the firing statement, still inside its transaction
+            with context["connection"].connection.cursor() as raw:
+                raw.execute("SELECT pg_current_xact_id_if_assigned()::text")
+                xids.append(raw.fetchone()[0])
+        return result
+
+    with connection.execute_wrapper(xid_after_firing):
+        assert timers_fire(fence=fence) == 0
+    waiting_on_timers(2)
+    with connection.execute_wrapper(xid_after_firing):
+        assert timers_fire(fence=fence) == 2
+    assert xids[0] is None, "nothing due: no row written or locked, no transaction id"
+    assert xids[1] is not None, "timers fired: the writes (and the lease's share lock)"
+    assert set(Timer.objects.values_list("fire_fence", flat=True)) == {fence.fence}
+
+
 def test_a_stale_sweeper_with_nothing_due_learns_it_lost_its_lease():
     old = sweeper_fence(ttl=0.3)
     take_over(SWEEPER, holder="sweeper-2")

@@ -43,17 +43,25 @@ def timers_fire_only(*, fence: Fence, limit: int | None = None) -> list[int]:
             instance_ids = _fire_in_one_statement(d, fence, limit)
         else:
             instance_ids = _fire_statement_by_statement(fence, limit)
-        if not instance_ids:
-            lease_require_live(fence=fence, doing="fire timers")
+            if not instance_ids:
+                lease_require_live(fence=fence, doing="fire timers")
     return instance_ids
 
 
 def _fire_in_one_statement(d: EngineDialect, fence: Fence, limit: int) -> list[int]:
-    """Fire, ready and mark runnable in one statement (:func:`fire_statement`); needs a commit."""
+    """Fire, ready and mark runnable in one statement (:func:`fire_statement`); needs a commit.
+
+    The statement also says whether the lease is still live (a row with no instance when
+    it is not), so a pass with nothing due learns of a lost lease without another
+    statement; :func:`lease_require_live` then raises the same error any fenced write does.
+    """
     sql, params = fire_statement(fence, limit, d)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        fired = [row[0] for row in cursor.fetchall()]
+    if None in fired:
+        lease_require_live(fence=fence, doing="fire timers")
+    return [instance_id for instance_id in fired if instance_id is not None]
 
 
 def fire_statement(
@@ -69,7 +77,11 @@ def fire_statement(
       The clock is read once (``now_once``), so the timers' index bounds the scan.
     - ``fired`` updates them with the fence condition inside the UPDATE: a stale sweeper's
       statement changes nothing at all, and so neither do the two that follow, which only
-      touch what it fired.
+      touch what it fired. The condition is asked only when a timer is due (``CASE``: a
+      sub-select PostgreSQL runs once is run when first needed): its ``FOR SHARE`` locks
+      the lease row, and a locked row gives the transaction an id and a WAL flush at
+      commit, four a second on an idle cluster (ADR 0042). With nothing due the
+      statement writes and locks nothing.
     - ``ready`` makes their tokens ready; ``marked`` marks their instances runnable
       (``runnable_at``, ``wakeups``: ``queue.instances_mark_runnable``; an instance already
       marked keeps its place in line, ADR 0037). The UPDATEs find their rows
@@ -78,9 +90,13 @@ def fire_statement(
       statistics predate a burst of new timers (seconds for 10,000 timers). A token that
       no longer waits on its timer (its instance was cancelled) is left as it was by the
       ``CASE``.
+    - the last line adds a row with no instance when the lease is not live (tested
+      without a lock: nothing is written on its strength), so that a pass with nothing
+      due still learns at once that its lease was lost.
     """
     d = d or engine_dialect()
     live_sql, live_params = fence_condition(fence)
+    still_sql, still_params = fence_condition(fence, lock=False)
     timer, token = Timer._meta.db_table, Token._meta.db_table
     instance = Instance._meta.db_table
     waits_on_timer = "state = %s AND wait_kind = %s"
@@ -90,7 +106,8 @@ def fire_statement(
         f"  ORDER BY due_at LIMIT %s {d.skip_locked}"
         f"), fired AS ("
         f"  UPDATE {timer} SET state = %s, fire_fence = %s, fired_at = {d.now}"
-        f"  WHERE id = ANY(ARRAY(SELECT id FROM due)) AND {live_sql}"
+        f"  WHERE id = ANY(ARRAY(SELECT id FROM due))"
+        f"    AND CASE WHEN EXISTS (SELECT 1 FROM due) THEN {live_sql} ELSE false END"
         f"  RETURNING token_id, instance_id"
         f"), ready AS ("
         f"  UPDATE {token} SET"
@@ -103,6 +120,7 @@ def fire_statement(
         f"    wakeups = wakeups + 1"
         f"  WHERE id = ANY(ARRAY(SELECT instance_id FROM fired))"
         f") SELECT instance_id FROM fired"
+        f" UNION ALL SELECT NULL WHERE NOT {still_sql}"
     )
     waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
     params = [
@@ -114,6 +132,7 @@ def fire_statement(
         *waiting,
         TokenState.READY.value,
         *waiting,
+        *still_params,
     ]
     return sql, params
 
