@@ -326,9 +326,8 @@ class Run:
 
         Without ``status`` the instance's status is derived from its active tokens.
         """
-        if router is not None:
-            write_routed(self, router)
-        write_instance(self, status, reason)
+        held = write_routed(self, router) if router is not None else None
+        write_instance(self, status, reason, held)
 
     def engine_incident_open(
         self, token: Token | None, kind: str, message: str, *, once: bool = False

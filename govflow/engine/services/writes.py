@@ -11,12 +11,14 @@ from django.db import connection
 
 from recovery.api import (
     Fence,
+    RowWrite,
     Subject,
     chain_mark_drop,
     chain_verify_whole,
     fenced_update,
     fenced_update_row,
     insert_row,
+    lease_require_live,
 )
 
 from ..db import clock
@@ -26,6 +28,7 @@ from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenStat
 from ..states import TERMINAL_STATUSES, token_may_move
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
+from .rows import insert_sql, rows_in_one
 from .triggers import delivery_take
 
 __all__ = ["check_move", "moved_meanwhile", "write_instance", "write_routed"]
@@ -54,9 +57,16 @@ class Run(Protocol):
     def update_token(self, token: Token, expected: str, **values: Any) -> None: ...
 
 
-def write_routed(run: Run, router: Router) -> None:
-    """Write what ``router`` collected, on the run's fence (needs the caller's commit)."""
+def write_routed(run: Run, router: Router) -> Token | None:
+    """Write what ``router`` collected, on the run's fence (needs the caller's commit).
+
+    Returns the one new step left for the instance row's statement to insert (ADR 0044:
+    on PostgreSQL, when nothing else routed needs its id), or None.
+    """
     writes = router.writes
+    held = None
+    if len(writes.tokens) == 1 and not (writes.timers or writes.tasks or writes.deliveries):
+        held = writes.tokens[0] if rows_in_one() else None
     if writes.completed_joins:
         fenced_update(
             Token.objects.filter(pk__in=writes.completed_joins, state=TokenState.WAITING),
@@ -67,8 +77,9 @@ def write_routed(run: Run, router: Router) -> None:
         for pk in writes.completed_joins:
             run.active.pop(pk, None)
     for token in writes.tokens:
-        insert_row(token)
-        run.active[token.pk] = token
+        if token is not held:
+            insert_row(token)
+            run.active[token.pk] = token
     if writes.timers:
         Timer.objects.bulk_create(
             Timer(instance_id=run.instance.pk, token_id=token.pk, due_at=due)
@@ -81,12 +92,14 @@ def write_routed(run: Run, router: Router) -> None:
         payload = delivery_take(delivery=delivery, token=token, fence=run.fence)
         if payload is not None:
             run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
+    return held
 
 
-def write_instance(run: Run, status: str | None, reason: str) -> None:
+def write_instance(run: Run, status: str | None, reason: str, held: Token | None = None) -> None:
     """Write the instance row, on the fence (needs the caller's commit): its variables,
-    next ordinal, and ``status`` — derived from its active tokens when None."""
-    new_status = status or derive_status(run.active.values())
+    next ordinal, and ``status`` — derived from its active tokens when None. ``held``, a
+    new step ``write_routed`` left, is inserted by the same statement."""
+    new_status = status or derive_status([*run.active.values(), *([held] if held else [])])
     if status is None and run.block_reason and new_status in _MOVING_ON:
         # A step blocked earlier in this run is still stuck (it is not tried again in
         # this run), so another branch moving on must not hide it.
@@ -114,8 +127,32 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         run.mark_cleared = True  # set back if this commit rolls back (Run.commit)
     if new_status in ENDS_VERIFIED and new_status != run.instance.status:
         _verify_whole_chain(run)
-    fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
+    if held is None:
+        fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
+    else:
+        _insert_with_instance(run, held, values)
     run.instance.status = new_status
+
+
+def _insert_with_instance(run: Run, token: Token, values: dict[str, Any]) -> None:
+    """A new step's insert and the fenced instance row as one statement (ADR 0044; needs
+    the caller's commit): what ``insert_row`` and ``fenced_update_row`` write, in order."""
+    insert, insert_params = insert_sql(token)
+    update, update_params = RowWrite(Instance, run.instance.pk, values, {}, EngineError).sql(
+        run.fence
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH new_step AS ({insert}), instance_row AS ({update} RETURNING 1) "
+            "SELECT (SELECT id FROM new_step), (SELECT count(*) FROM instance_row)",
+            [*insert_params, *update_params],
+        )
+        token.pk, count = cursor.fetchone()
+    token._state.adding = False
+    token._state.db = connection.alias
+    run.active[token.pk] = token
+    if count == 0:  # as fenced_update_row: a stale fence is refused, a gone row is not
+        lease_require_live(fence=run.fence, doing="write")
 
 
 def _verify_whole_chain(run: Run) -> None:
