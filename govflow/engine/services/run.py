@@ -52,7 +52,8 @@ from .definitions import instance_pinned
 from .handover import OpenedLoad
 from .keepalive import keepalive
 from .routing import Router
-from .writes import check_move, moved_meanwhile, write_instance, write_routed
+from .rows import rows_in_one
+from .writes import check_move, moved_meanwhile, write_instance, write_pending, write_routed
 
 __all__ = [
     "INTEGRITY_BLOCK",
@@ -124,6 +125,8 @@ class Run:
     opened: OpenedLoad | None = None
     """A claimed run's handover and load, open until its first commit (``handover``)."""
     projector: Projector = field(default_factory=Projector)
+    pending: list[RowWrite] = field(default_factory=list)
+    """Step moves that ride in the instance row's statement (``update_token(later=)``)."""
     _depth: int = 0
 
     @property
@@ -171,6 +174,7 @@ class Run:
         try:
             with engine_commit():
                 yield
+                write_pending(self)  # left by no flush: none is, but never dropped
                 if outermost and not self.released:
                     self._seal()
                     if self.instance.status != self.committed_status:
@@ -179,6 +183,7 @@ class Run:
             if outermost:
                 self.load_closed()  # the run's first commit carries the handover (0042)
         except BaseException as exc:
+            self.pending.clear()
             if outermost:
                 self.recorded_projection = before
                 self.released = self.mark_cleared = False
@@ -276,13 +281,17 @@ class Run:
 
     # -- writes (each needs the caller's commit) ----------------------------------------
 
-    def update_token(self, token: Token, expected: str, **values: Any) -> None:
+    def update_token(self, token: Token, expected: str, *, later: bool = False, **values: Any):
         """Conditional write: token still ``expected`` and the fence still live (needs the
         caller's commit).
 
         A change of state must be a move of the engine's table (``TOKEN_TRANSITIONS``);
-        any other is a bug here, refused before anything is written.
+        any other is a bug here, refused before anything is written. With ``later`` (on
+        PostgreSQL) the write rides in the statement of this commit's next ``flush``.
         """
+        if later and rows_in_one():
+            self.pending.append(self.token_write(token, expected, **values))
+            return
         check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         count = fenced_update_row(

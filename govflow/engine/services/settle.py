@@ -251,7 +251,9 @@ def complete_with_output(
         return
     compensable_keep(run, token, node, output, key=(extra or {}).get("operation_key"))
     run.apply_output(token.node_id, node.get("output"), output)
-    run.update_token(token, expected, state=TokenState.COMPLETED, reason=reason, **(extra or {}))
+    # The move rides in the flush's statement with the next step and the instance (0044).
+    completed = {"state": TokenState.COMPLETED, "reason": reason, **(extra or {})}
+    run.update_token(token, expected, later=True, **completed)
     run.active.pop(token.pk, None)
     leave_or_block(run, token)
 

@@ -31,7 +31,7 @@ from .routing import Router, derive_status
 from .rows import insert_sql, rows_in_one
 from .triggers import delivery_take
 
-__all__ = ["check_move", "moved_meanwhile", "write_instance", "write_routed"]
+__all__ = ["check_move", "moved_meanwhile", "write_instance", "write_pending", "write_routed"]
 
 _MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
 """Statuses a derived status would claim although a step this run blocked is stuck."""
@@ -50,6 +50,7 @@ class Run(Protocol):
     block_reason: str
     success_follows: bool
     mark_cleared: bool
+    pending: list[RowWrite]
 
     @property
     def subject(self) -> Subject: ...
@@ -61,12 +62,18 @@ def write_routed(run: Run, router: Router) -> Token | None:
     """Write what ``router`` collected, on the run's fence (needs the caller's commit).
 
     Returns the one new step left for the instance row's statement to insert (ADR 0044:
-    on PostgreSQL, when nothing else routed needs its id), or None.
+    on PostgreSQL, when nothing else was routed), or None. Pending step moves ride in that
+    statement too, unless more was routed: then they are made first, one by one.
     """
     writes = router.writes
     held = None
-    if len(writes.tokens) == 1 and not (writes.timers or writes.tasks or writes.deliveries):
-        held = writes.tokens[0] if rows_in_one() else None
+    alone = len(writes.tokens) <= 1 and not (
+        writes.completed_joins or writes.timers or writes.tasks or writes.deliveries
+    )
+    if alone and writes.tokens and rows_in_one():
+        held = writes.tokens[0]
+    if not alone:
+        write_pending(run)  # first, as they were asked for
     if writes.completed_joins:
         fenced_update(
             Token.objects.filter(pk__in=writes.completed_joins, state=TokenState.WAITING),
@@ -127,30 +134,51 @@ def write_instance(run: Run, status: str | None, reason: str, held: Token | None
         run.mark_cleared = True  # set back if this commit rolls back (Run.commit)
     if new_status in ENDS_VERIFIED and new_status != run.instance.status:
         _verify_whole_chain(run)
-    if held is None:
+    if held is None and not run.pending:
         fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
     else:
-        _insert_with_instance(run, held, values)
+        _rows_with_instance(run, held, values)
     run.instance.status = new_status
 
 
-def _insert_with_instance(run: Run, token: Token, values: dict[str, Any]) -> None:
-    """A new step's insert and the fenced instance row as one statement (ADR 0044; needs
-    the caller's commit): what ``insert_row`` and ``fenced_update_row`` write, in order."""
-    insert, insert_params = insert_sql(token)
-    update, update_params = RowWrite(Instance, run.instance.pk, values, {}, EngineError).sql(
-        run.fence
-    )
+def write_pending(run: Run) -> None:
+    """Make the step moves left for a flush (``update_token(later=True)``) one by one."""
+    pending, run.pending = run.pending, []
+    for write in pending:
+        write.write(run.fence)
+
+
+def _rows_with_instance(run: Run, token: Token | None, values: dict[str, Any]) -> None:
+    """The pending step moves, a new step's insert and the fenced instance row as one
+    statement (ADR 0044; needs the caller's commit): each as ``fenced_update_row`` and
+    ``insert_row`` send it, refused as they refuse — the moves first, in order."""
+    pending, run.pending = run.pending, []
+    parts, params, results = [], [], []
+    for number, write in enumerate(pending):
+        sql, part_params = write.sql(run.fence)
+        parts.append(f"move_{number} AS ({sql} RETURNING 1)")
+        params += part_params
+        results.append(f"(SELECT count(*) FROM move_{number})")
+    if token is not None:
+        sql, part_params = insert_sql(token)
+        parts.append(f"new_step AS ({sql})")
+        params += part_params
+        results.append("(SELECT id FROM new_step)")
+    sql, part_params = RowWrite(Instance, run.instance.pk, values, {}, EngineError).sql(run.fence)
+    parts.append(f"instance_row AS ({sql} RETURNING 1)")
+    results.append("(SELECT count(*) FROM instance_row)")
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH new_step AS ({insert}), instance_row AS ({update} RETURNING 1) "
-            "SELECT (SELECT id FROM new_step), (SELECT count(*) FROM instance_row)",
-            [*insert_params, *update_params],
-        )
-        token.pk, count = cursor.fetchone()
-    token._state.adding = False
-    token._state.db = connection.alias
-    run.active[token.pk] = token
+        cursor.execute(f"WITH {', '.join(parts)} SELECT {', '.join(results)}", params + part_params)
+        *moved, count = cursor.fetchone()
+    for write, matched in zip(pending, moved, strict=False):
+        if matched != 1:
+            lease_require_live(fence=run.fence, doing="write")
+            raise write.refused()
+    if token is not None:
+        token.pk = moved[-1]
+        token._state.adding = False
+        token._state.db = connection.alias
+        run.active[token.pk] = token
     if count == 0:  # as fenced_update_row: a stale fence is refused, a gone row is not
         lease_require_live(fence=run.fence, doing="write")
 
