@@ -24,6 +24,7 @@ waiting steps, back-off times and finished steps are not covered (docs/recovery.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -118,11 +119,13 @@ class Projector:
 
     def fingerprint(self, instance: Instance, tokens: Iterable[Token]) -> str:
         tokens = list(tokens)
-        of = (instance, instance.variables, instance.access)
-        if len(self._of) != 3 or any(a is not b for a, b in zip(of, self._of, strict=True)):
+        of = self._of
+        if not (
+            of and of[0] is instance and of[1] is instance.variables and of[2] is instance.access
+        ):
             self._instance_part(instance)
-            self._of = of
-        data = self._head + canonical_bytes(_steps(tokens)) + self._tail
+            self._of = (instance, instance.variables, instance.access)
+        data = self._head + _steps_bytes(tokens) + self._tail
         if data != self._data:
             self._data, self._fp = data, fingerprint(FingerprintKind.PROJECTION, data)
         if CHECKED and self._fp != projection_of(instance, tokens):
@@ -133,12 +136,27 @@ class Projector:
         return self._fp
 
     def _instance_part(self, instance: Instance) -> None:
-        access = canonical_bytes(instance.access or {})
-        definition = canonical_bytes([instance.definition_id, instance.definition_fp])
-        self._head = b'{"access":' + access + b',"definition":' + definition + b',"steps":'
-        tenant = canonical_bytes(instance.tenant)
-        variables = canonical_bytes(instance.variables)
-        self._tail = b',"tenant":' + tenant + b',"variables":' + variables + b"}"
+        # '{"access":…,"definition":…}' and '{"tenant":…,"variables":…}': the members
+        # before and after "steps", each object's own canonical bytes.
+        head = {
+            "access": instance.access or {},
+            "definition": [instance.definition_id, instance.definition_fp],
+        }
+        tail = {"tenant": instance.tenant, "variables": instance.variables}
+        self._head = canonical_bytes(head)[:-1] + b',"steps":'
+        self._tail = b"," + canonical_bytes(tail)[1:]
+
+
+# The canonical encoding's own options (``recovery.canonical``): for the steps' rows,
+# which hold only the model fields' integers and strings, the walk in front of it would
+# refuse nothing the encoder does not (a lone surrogate fails the UTF-8 encoding).
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _steps_bytes(tokens: Iterable[Token]) -> bytes:
+    return _ENCODER.encode(_steps(tokens)).encode("utf-8")
 
 
 def stored_projection(subject_id: str) -> str:
