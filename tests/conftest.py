@@ -38,6 +38,17 @@ def chain_marks():
     marks_clear()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def projection_checked():
+    """Every fingerprint a run keeps (ADR 0044) is compared with a whole recomputation, so
+    a path that edits a run's variables without saying so fails the test that takes it."""
+    from govflow.engine import projection
+
+    projection.CHECKED = True
+    yield
+    projection.CHECKED = False
+
+
 @pytest.fixture(autouse=True)
 def anchor_path(tmp_path, settings):
     """Every test gets its own anchor file (a missing folder, created on the first append)

@@ -24,10 +24,17 @@ waiting steps, back-off times and finished steps are not covered (docs/recovery.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
-from recovery.api import Subject, projection_fingerprint
+from recovery.api import (
+    FingerprintKind,
+    Subject,
+    canonical_bytes,
+    fingerprint,
+    projection_fingerprint,
+)
 
 from .models import Instance, Token, TokenState
 
@@ -50,7 +57,18 @@ ACTIVE_STATES = tuple(sorted(str(state) for state in _CLASS))
 
 def projection_of(instance: Instance, tokens: Iterable[Token]) -> str:
     """The fingerprint of an instance's projection, from its row and its active tokens."""
-    steps = sorted(
+    value: dict[str, Any] = {
+        "definition": [instance.definition_id, instance.definition_fp],
+        "tenant": instance.tenant,
+        "access": instance.access or {},
+        "variables": instance.variables,
+        "steps": _steps(tokens),
+    }
+    return projection_fingerprint(value)
+
+
+def _steps(tokens: Iterable[Token]) -> list[list[Any]]:
+    return sorted(
         [
             t.ordinal,
             t.node_id,
@@ -63,14 +81,82 @@ def projection_of(instance: Instance, tokens: Iterable[Token]) -> str:
         for t in tokens
         if t.state in _CLASS
     )
-    value: dict[str, Any] = {
-        "definition": [instance.definition_id, instance.definition_fp],
-        "tenant": instance.tenant,
-        "access": instance.access or {},
-        "variables": instance.variables,
-        "steps": steps,
-    }
-    return projection_fingerprint(value)
+
+
+CHECKED = False
+"""Tests set it (``tests/conftest.py``): every fingerprint a :class:`Projector` gives is
+compared with :func:`projection_of`'s, so a path that edits a run's variables without
+saying so fails the test that takes it."""
+
+
+class Projector:
+    """:func:`projection_of` for one run's view, with the instance's part kept (ADR 0044).
+
+    A chained step asks for its fingerprint three times (two ledger writes carry it, the
+    commit's seal compares it) while its variables change once. The canonical bytes of a
+    JSON object with sorted keys are those of its members in key order, so the bytes are
+    put together from the instance's part (definition, tenant, access, variables: kept
+    until the run's variables change) and the steps (made at every call: a few short
+    rows). Equal bytes give the same fingerprint, so an unchanged view is not hashed again.
+
+    What keeps the instance's part true: it is made again when the run's instance, its
+    variables or its access are other objects than the ones it was made from, and when
+    :meth:`variables_changed` says the variables were edited in place — which every path
+    that edits them does (``Run.apply_output``, the one way a step's or a wait's output
+    becomes variables). :data:`CHECKED` proves it under the tests.
+    """
+
+    __slots__ = ("_data", "_fp", "_head", "_of", "_tail")
+
+    def __init__(self) -> None:
+        self._of: tuple[Any, ...] = ()
+        self._head = self._tail = self._data = b""
+        self._fp = ""
+
+    def variables_changed(self) -> None:
+        """The run's variables were edited in place: make the instance's part again."""
+        self._of = ()
+
+    def fingerprint(self, instance: Instance, tokens: Iterable[Token]) -> str:
+        tokens = list(tokens)
+        of = self._of
+        if not (
+            of and of[0] is instance and of[1] is instance.variables and of[2] is instance.access
+        ):
+            self._instance_part(instance)
+            self._of = (instance, instance.variables, instance.access)
+        data = self._head + _steps_bytes(tokens) + self._tail
+        if data != self._data:
+            self._data, self._fp = data, fingerprint(FingerprintKind.PROJECTION, data)
+        if CHECKED and self._fp != projection_of(instance, tokens):
+            raise AssertionError(
+                f"The projection kept for instance {instance.pk} is stale: its variables "
+                "were edited without Run.apply_output (Projector.variables_changed)."
+            )
+        return self._fp
+
+    def _instance_part(self, instance: Instance) -> None:
+        # '{"access":…,"definition":…}' and '{"tenant":…,"variables":…}': the members
+        # before and after "steps", each object's own canonical bytes.
+        head = {
+            "access": instance.access or {},
+            "definition": [instance.definition_id, instance.definition_fp],
+        }
+        tail = {"tenant": instance.tenant, "variables": instance.variables}
+        self._head = canonical_bytes(head)[:-1] + b',"steps":'
+        self._tail = b"," + canonical_bytes(tail)[1:]
+
+
+# The canonical encoding's own options (``recovery.canonical``): for the steps' rows,
+# which hold only the model fields' integers and strings, the walk in front of it would
+# refuse nothing the encoder does not (a lone surrogate fails the UTF-8 encoding).
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _steps_bytes(tokens: Iterable[Token]) -> bytes:
+    return _ENCODER.encode(_steps(tokens)).encode("utf-8")
 
 
 def stored_projection(subject_id: str) -> str:

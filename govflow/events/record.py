@@ -8,13 +8,14 @@ upsert whose row lock orders two commits of the same instance (``models.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection
 from django.db.models.functions import Now
 
-from recovery.api import insert_row
+from recovery.api import dialect, insert_row
 
 from .models import Event, EventCounter, EventType
 
@@ -43,18 +44,49 @@ def event_record(
                 f"Event data {name!r} must be ids, names or states, not {value!r}: events "
                 "never carry inputs, outputs or error texts."
             )
-    event = Event(
-        type=type,
-        tenant=tenant,
-        instance_id=instance_id,
-        seq=_next_seq(instance_id),
-        data=body,
-        created_at=Now(),
-    )
+    event = Event(type=type, tenant=tenant, instance_id=instance_id, data=body)
+    if connection.vendor == "postgresql":
+        _insert_numbered(event)
+        return event
+    event.seq, event.created_at = _next_seq(instance_id), Now()
     # One statement whose text is built once (``insert_row``), not the ORM's per insert:
     # an instance's events are written in its engine commits (ADR 0039).
     insert_row(event)
     return event
+
+
+def _insert_numbered(event: Event) -> None:
+    """The sequence number's upsert and the event's row as one statement (PostgreSQL,
+    ADR 0044): the same two writes as :func:`_next_seq` and ``insert_row``, one round trip."""
+    fields = _event_fields()
+    params = [event.instance_id]
+    params += [
+        field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_numbered_sql(), params)
+        event.pk, event.seq, event.created_at = cursor.fetchone()
+    event._state.adding = False
+    event._state.db = connection.alias
+
+
+def _event_fields() -> list:
+    return [f for f in Event._meta.concrete_fields if f.name not in {"id", "seq", "created_at"}]
+
+
+@functools.cache
+def _numbered_sql() -> str:
+    quote = connection.ops.quote_name
+    counter = quote(EventCounter._meta.db_table)
+    columns = [quote(f.column) for f in _event_fields()]
+    return (
+        f"WITH numbered AS (INSERT INTO {counter} (instance_id, last_seq) VALUES (%s, 1) "
+        f"ON CONFLICT (instance_id) DO UPDATE SET last_seq = {counter}.last_seq + 1 "
+        f"RETURNING last_seq) INSERT INTO {quote(Event._meta.db_table)} "
+        f"({', '.join(columns)}, seq, created_at) VALUES "
+        f"({', '.join('%s' for _ in columns)}, (SELECT last_seq FROM numbered), {dialect().now}) "
+        "RETURNING id, seq, created_at"
+    )
 
 
 def _next_seq(instance_id: int) -> int:

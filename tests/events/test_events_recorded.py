@@ -7,7 +7,7 @@ from django.db import transaction
 
 from govflow.engine.models import InstanceStatus, TokenState
 from govflow.engine.services.instances import instance_cancel
-from govflow.events.models import Event
+from govflow.events.models import Event, EventCounter
 from govflow.events.record import event_record
 from govflow.handoffs.services.desk import handoff_approve, handoff_request
 from tests.engine_helpers import evidence, token_of, user_with
@@ -116,6 +116,20 @@ def test_a_start_that_fails_after_its_event_leaves_neither(monkeypatch):
     # … and rolled back with the start: no instance, no event.
     assert not Instance.objects.filter(tenant="t-broken").exists()
     assert not Event.objects.filter(tenant="t-broken").exists()
+
+
+def test_a_recorded_event_is_its_stored_row_with_the_next_number():
+    """On PostgreSQL the number and the row are one statement (ADR 0044), on SQLite two:
+    either way the event returned is the row stored, numbered after the counter."""
+    instance = start(linear(action("a")))
+    with transaction.atomic():
+        first = event_record(type="step.blocked", instance_id=instance.pk, tenant="t1")
+        second = event_record(type="step.blocked", instance_id=instance.pk, tenant="t1")
+    assert (first.seq, second.seq) == (2, 3)
+    stored = Event.objects.get(pk=second.pk)
+    assert (stored.seq, stored.tenant, stored.event_id) == (3, "t1", second.event_id)
+    assert stored.created_at is not None and not stored.fanned_out
+    assert EventCounter.objects.get(instance_id=instance.pk).last_seq == 3
 
 
 def test_event_data_refuses_inputs_and_texts():

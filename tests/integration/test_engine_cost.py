@@ -1,12 +1,12 @@
-"""What one step costs the database: a regression guard on statements and commits.
+r"""What one step costs the database: a regression guard on statements and commits.
 
 A non-atomic step, once steps follow each other, is one commit that records step k's
 outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its statements:
 
     -- step k's outcome and the projection --
-    UPDATE   token k -> completed (fenced)
-    INSERT   token k+1
-    UPDATE   instance variables/status (fenced)
+    UPDATE   token k -> completed (fenced)   \  on PostgreSQL one statement (ADR 0044:
+    INSERT   token k+1                        > each write a data-modifying WITH part,
+    UPDATE   instance (fenced)               /   each refused as alone)
     -- on PostgreSQL (ADR 0031) --
     SELECT   the subject's checkpoints and operations, the operation among them (one
              statement; I7: the chain is verified in Python before a success)
@@ -24,7 +24,7 @@ outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its stat
     INSERT   operation k+1 (fenced)
     INSERT   checkpoint operation.recorded
 
-that is 5 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
+that is 3 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
 statement is a call inside the process, not a round trip to a server). No savepoint: the
 ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
 next token is found in the run's own view of its tokens, not by a query. A run adds,
@@ -49,6 +49,7 @@ from govflow.engine.models import Instance, InstanceStatus
 from govflow.engine.queue import instances_claim
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
+from govflow.engine.services.rows import separate_rows
 from govflow.engine.services.runtime import instance_run
 from recovery import api
 from tests.flows import action, linear, start
@@ -93,10 +94,11 @@ def five_steps(settings) -> list[list[str]]:
     return commits
 
 
-def test_a_non_atomic_step_is_one_commit_of_five_statements_on_postgresql(settings):
+def test_a_non_atomic_step_is_one_commit_of_three_statements_on_postgresql(settings):
     commits = five_steps(settings)
     one_call = connection.vendor == "postgresql"
-    per_step = 5 if one_call else 11
+    # 5 before ADR 0044: step k's move, the next step's row and the instance row are one.
+    per_step = 3 if one_call else 11
     # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome, the look for a stuck branch and the release, and the instance's
     # instance.completed event (its sequence number and its row: ADR 0032). The steps
@@ -104,16 +106,20 @@ def test_a_non_atomic_step_is_one_commit_of_five_statements_on_postgresql(settin
     # inserts its operation and checkpoint in one statement, and a success written alone
     # reads its operation, subject and chain in one (ADR 0035): one statement less each.
     alone = int(one_call)
-    assert [len(c) for c in commits] == [3, 4 - alone, *[per_step] * 4, 6 + 2 + 2 - alone]
+    # On PostgreSQL the event's number and row are one statement, and so are step 5's
+    # move and the instance row (ADR 0044).
+    event, last = (1, 5) if one_call else (2, 6)
+    assert [len(c) for c in commits] == [3, 4 - alone, *[per_step] * 4, last + 2 + event - alone]
     for commit in commits[2:6]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
         assert sum("recovery_observe_record(" in sql for sql in commit) == int(one_call)
 
 
 def test_the_separate_statements_on_postgresql_cost_eleven(settings):
-    with api.multi_statement():
+    with api.multi_statement(), separate_rows():
         commits = five_steps(settings)
-    assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 8 + 2]
+    event = 1 if connection.vendor == "postgresql" else 2  # the event's number and row
+    assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 8 + event]
     assert not any("recovery_observe_record(" in sql for c in commits for sql in c)
 
 
@@ -145,8 +151,9 @@ def test_an_atomic_step_commits_once(settings):
     # record operation (head, insert, checkpoint); the Note; observe (operation and
     # subject, checkpoints, update, checkpoint); token; next token; instance. On
     # PostgreSQL the insert and its checkpoint are one statement, and so are the
-    # observation's two reads (ADR 0035).
-    assert len(first) == (9 if connection.vendor == "postgresql" else 11), first
+    # observation's two reads (ADR 0035), and the token, the next token and the instance
+    # (ADR 0044; it was 9).
+    assert len(first) == (7 if connection.vendor == "postgresql" else 11), first
 
 
 def transactions_of(queries: list[dict]) -> list[list[str]]:

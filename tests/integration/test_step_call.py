@@ -2,7 +2,9 @@
 
 The commit that records step k's outcome and step k+1's dispatch sends its ledger writes
 as one call of ``recovery_observe_record`` on PostgreSQL (ADR 0031) and as separate
-statements on SQLite, or on PostgreSQL inside ``recovery.api.multi_statement()``. Random
+statements on SQLite, or on PostgreSQL inside ``recovery.api.multi_statement()``; the
+engine's new step and instance row likewise go as one statement there (ADR 0044) and as
+two inside ``separate_rows()``, which the separate path also enters. Random
 step sequences (success, transient and permanent failure with retry, pending and poll,
 outcome unknown with and without the effect, a step blocked before dispatch, atomic
 steps, timers) run through both paths with the same instance id, and must leave identical
@@ -32,6 +34,7 @@ from govflow.engine.provider import Failed, Pending
 from govflow.engine.registry import registry
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
+from govflow.engine.services.rows import separate_rows
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import SWEEPER
 from govflow.engine.services.timers import timers_fire
@@ -172,7 +175,7 @@ def both_paths(kinds: list[str], outcomes: list[str], *, pk: int, key: str) -> t
         definition = _definition(kinds, key=key, pk=pk)
         one_call = play(definition, outcomes, pk)
         _forget(pk)
-        with api.multi_statement():
+        with api.multi_statement(), separate_rows():
             separate = play(definition, outcomes, pk)
     return one_call, separate
 

@@ -21,6 +21,7 @@ FLOORS = [
     ("govflow.engine.liveness", "who holds a lease, and whether it is alive"),
     ("govflow.engine.queue", "marking instances runnable, claiming them"),
     ("govflow.engine.projection", "the projection's fingerprint"),
+    ("govflow.engine.services.rows", "a step's rows in one statement on PostgreSQL"),
     ("govflow.engine.services.routing", "moving tokens along transitions (plans writes)"),
     ("govflow.engine.services.triggers", "messages: delivered, buffered, taken"),
     ("govflow.engine.services.timers", "firing due timers"),

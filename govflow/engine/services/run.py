@@ -45,13 +45,15 @@ from ..db import clock, engine_commit
 from ..definitions import Spec
 from ..emit import incident_opened, moves_a_handoff, status_changed, token_moved
 from ..models import Incident, Instance, Token
-from ..projection import SUBJECT_TYPE, projection_of
+from ..projection import SUBJECT_TYPE, Projector
 from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE
+from ..variables import apply_output
 from .definitions import instance_pinned
 from .handover import OpenedLoad
 from .keepalive import keepalive
 from .routing import Router
-from .writes import check_move, moved_meanwhile, write_instance, write_routed
+from .rows import rows_in_one
+from .writes import check_move, moved_meanwhile, write_instance, write_pending, write_routed
 
 __all__ = [
     "INTEGRITY_BLOCK",
@@ -122,6 +124,9 @@ class Run:
     """The instance's status as of this run's last commit (its events: ``emit``)."""
     opened: OpenedLoad | None = None
     """A claimed run's handover and load, open until its first commit (``handover``)."""
+    projector: Projector = field(default_factory=Projector)
+    pending: list[RowWrite] = field(default_factory=list)
+    """Step moves that ride in the instance row's statement (``update_token(later=)``)."""
     _depth: int = 0
 
     @property
@@ -132,9 +137,15 @@ class Run:
     def variables(self) -> dict[str, Any]:
         return self.instance.variables
 
+    def apply_output(self, node_id: str, mapping: Any, data: Any) -> None:
+        """Merge a step's or a wait's output into the variables: the one way they change
+        in place, so the projection's kept part is made again (``Projector``)."""
+        apply_output(self.instance.variables, node_id, mapping, data)
+        self.projector.variables_changed()
+
     def projection(self) -> str:
         """The fingerprint of this run's view of the projection (variables, steps)."""
-        return projection_of(self.instance, self.active.values())
+        return self.projector.fingerprint(self.instance, self.active.values())
 
     def carry_projection(self) -> str:
         """The fingerprint for a ledger write that is the last projection change of its
@@ -163,6 +174,7 @@ class Run:
         try:
             with engine_commit():
                 yield
+                write_pending(self)  # left by no flush: none is, but never dropped
                 if outermost and not self.released:
                     self._seal()
                     if self.instance.status != self.committed_status:
@@ -171,6 +183,7 @@ class Run:
             if outermost:
                 self.load_closed()  # the run's first commit carries the handover (0042)
         except BaseException as exc:
+            self.pending.clear()
             if outermost:
                 self.recorded_projection = before
                 self.released = self.mark_cleared = False
@@ -228,12 +241,9 @@ class Run:
         return ""
 
     def reload(self) -> None:
-        """Read the instance and its active tokens again, after a refused commit (reads).
-
-        The refused commit changed nothing in the database, but it did change this view
-        (variables, token states, new tokens): start again from what is stored. The fence
-        stays; plans made from the old view are the caller's to drop.
-        """
+        """Read the instance and its active tokens again, after a refused commit (reads):
+        it changed nothing stored but did change this view. The fence stays; plans made
+        from the old view are the caller's to drop."""
         fresh = load_run(self.instance.pk, self.fence)
         if fresh is None:
             raise ConflictError(f"Instance {self.instance.pk} no longer exists.")
@@ -254,12 +264,9 @@ class Run:
     @contextmanager
     def kept_alive(self) -> Iterator[None]:
         """Renew the lease in the background while a provider call runs (outside any
-        transaction; each renewal is the process's keepalive thread's own commit).
-
-        A slow but live call keeps its authority, so nobody marks it outcome_unknown while
-        it is still working. If renewal fails (the lease was lost), its renewing stops and
-        the step's second commit is refused by its fence as usual.
-        """
+        transaction; each renewal is the keepalive thread's own commit): a slow but live
+        call keeps its authority. A lost lease stops the renewing; the step's second
+        commit is then refused by its fence as usual."""
         self.load_closed()  # nothing is called outside before a commit
         entry = keepalive.watch(
             lambda: lease_renew(fence=self.fence, ttl=lease_ttl()),
@@ -274,13 +281,17 @@ class Run:
 
     # -- writes (each needs the caller's commit) ----------------------------------------
 
-    def update_token(self, token: Token, expected: str, **values: Any) -> None:
+    def update_token(self, token: Token, expected: str, *, later: bool = False, **values: Any):
         """Conditional write: token still ``expected`` and the fence still live (needs the
         caller's commit).
 
         A change of state must be a move of the engine's table (``TOKEN_TRANSITIONS``);
-        any other is a bug here, refused before anything is written.
+        any other is a bug here, refused before anything is written. With ``later`` (on
+        PostgreSQL) the write rides in the statement of this commit's next ``flush``.
         """
+        if later and rows_in_one():
+            self.pending.append(self.token_write(token, expected, **values))
+            return
         check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         count = fenced_update_row(
@@ -324,36 +335,22 @@ class Run:
 
         Without ``status`` the instance's status is derived from its active tokens.
         """
-        if router is not None:
-            write_routed(self, router)
-        write_instance(self, status, reason)
+        held = write_routed(self, router) if router is not None else None
+        write_instance(self, status, reason, held)
 
     def engine_incident_open(
         self, token: Token | None, kind: str, message: str, *, once: bool = False
     ) -> None:
-        """Open an engine incident for an operator (needs the caller's commit).
-
-        Not an integrity incident (``recovery.api.incident_open``): a failed step, a
-        blocked route, a refused dispatch. With ``once``, not while the same one is open.
-        """
+        """Open an engine incident for an operator (needs the caller's commit): not an
+        integrity incident (``recovery.api.incident_open``) but a failed step, a blocked
+        route, a refused dispatch. With ``once``, not while the same one is open."""
+        same = {"instance_id": self.instance.pk, "token": token, "kind": kind}
         if (
             once
-            and Incident.objects.filter(
-                instance_id=self.instance.pk,
-                token=token,
-                kind=kind,
-                message=message,
-                resolved_at__isnull=True,
-            ).exists()
+            and Incident.objects.filter(**same, message=message, resolved_at__isnull=True).exists()
         ):
             return
-        incident = Incident.objects.create(
-            instance_id=self.instance.pk,
-            token=token,
-            kind=kind,
-            message=message,
-            created_at=clock(),
-        )
+        incident = Incident.objects.create(**same, message=message, created_at=clock())
         incident_opened(self.instance, incident)
 
 

@@ -32,7 +32,6 @@ from ..models import InstanceStatus, KeptAnswer, Token, TokenState, WaitKind
 from ..outputs import output_problems
 from ..registry import ActionDefinition
 from ..results import Failed, Pending, Succeeded, Unknown
-from ..variables import apply_output
 from .answers import ladder_wait, late_answer_keep
 from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
 from .dispatch import Chain, ChainedDispatchRefused, Next, dispatch_next
@@ -251,8 +250,10 @@ def complete_with_output(
         watch_begin(run, token, node, output, expected=expected, reason=reason, extra=extra)
         return
     compensable_keep(run, token, node, output, key=(extra or {}).get("operation_key"))
-    apply_output(run.variables, token.node_id, node.get("output"), output)
-    run.update_token(token, expected, state=TokenState.COMPLETED, reason=reason, **(extra or {}))
+    run.apply_output(token.node_id, node.get("output"), output)
+    # The move rides in the flush's statement with the next step and the instance (0044).
+    completed = {"state": TokenState.COMPLETED, "reason": reason, **(extra or {})}
+    run.update_token(token, expected, later=True, **completed)
     run.active.pop(token.pk, None)
     leave_or_block(run, token)
 

@@ -18,7 +18,6 @@ from recovery.api import IntegrityViolation, RecoveryMode, operation_record
 from ..models import Token, TokenState
 from ..registry import ActionDefinition
 from ..results import ActionContext, Failed, Succeeded, Unknown
-from ..variables import apply_output
 from .blocking import block, leave_or_block, stop_for_integrity
 from .dispatch import (
     Chain,
@@ -77,7 +76,7 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> Next:
             # Only a delivered payload (message, approval, external result) is output: a
             # start or timer node writes nothing, so it cannot clobber a variable named like it.
             if token.payload is not None:
-                apply_output(run.variables, token.node_id, node.get("output"), token.payload)
+                run.apply_output(token.node_id, node.get("output"), token.payload)
             run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
             run.active.pop(token.pk, None)
             leave_or_block(run, token)

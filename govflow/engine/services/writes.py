@@ -11,12 +11,14 @@ from django.db import connection
 
 from recovery.api import (
     Fence,
+    RowWrite,
     Subject,
     chain_mark_drop,
     chain_verify_whole,
     fenced_update,
     fenced_update_row,
     insert_row,
+    lease_require_live,
 )
 
 from ..db import clock
@@ -26,9 +28,10 @@ from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenStat
 from ..states import TERMINAL_STATUSES, token_may_move
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
+from .rows import insert_sql, rows_in_one
 from .triggers import delivery_take
 
-__all__ = ["check_move", "moved_meanwhile", "write_instance", "write_routed"]
+__all__ = ["check_move", "moved_meanwhile", "write_instance", "write_pending", "write_routed"]
 
 _MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
 """Statuses a derived status would claim although a step this run blocked is stuck."""
@@ -47,6 +50,7 @@ class Run(Protocol):
     block_reason: str
     success_follows: bool
     mark_cleared: bool
+    pending: list[RowWrite]
 
     @property
     def subject(self) -> Subject: ...
@@ -54,9 +58,22 @@ class Run(Protocol):
     def update_token(self, token: Token, expected: str, **values: Any) -> None: ...
 
 
-def write_routed(run: Run, router: Router) -> None:
-    """Write what ``router`` collected, on the run's fence (needs the caller's commit)."""
+def write_routed(run: Run, router: Router) -> Token | None:
+    """Write what ``router`` collected, on the run's fence (needs the caller's commit).
+
+    Returns the one new step left for the instance row's statement to insert (ADR 0044:
+    on PostgreSQL, when nothing else was routed), or None. Pending step moves ride in that
+    statement too, unless more was routed: then they are made first, one by one.
+    """
     writes = router.writes
+    held = None
+    alone = len(writes.tokens) <= 1 and not (
+        writes.completed_joins or writes.timers or writes.tasks or writes.deliveries
+    )
+    if alone and writes.tokens and rows_in_one():
+        held = writes.tokens[0]
+    if not alone:
+        write_pending(run)  # first, as they were asked for
     if writes.completed_joins:
         fenced_update(
             Token.objects.filter(pk__in=writes.completed_joins, state=TokenState.WAITING),
@@ -67,8 +84,9 @@ def write_routed(run: Run, router: Router) -> None:
         for pk in writes.completed_joins:
             run.active.pop(pk, None)
     for token in writes.tokens:
-        insert_row(token)
-        run.active[token.pk] = token
+        if token is not held:
+            insert_row(token)
+            run.active[token.pk] = token
     if writes.timers:
         Timer.objects.bulk_create(
             Timer(instance_id=run.instance.pk, token_id=token.pk, due_at=due)
@@ -81,12 +99,14 @@ def write_routed(run: Run, router: Router) -> None:
         payload = delivery_take(delivery=delivery, token=token, fence=run.fence)
         if payload is not None:
             run.update_token(token, TokenState.WAITING, state=TokenState.READY, payload=payload)
+    return held
 
 
-def write_instance(run: Run, status: str | None, reason: str) -> None:
+def write_instance(run: Run, status: str | None, reason: str, held: Token | None = None) -> None:
     """Write the instance row, on the fence (needs the caller's commit): its variables,
-    next ordinal, and ``status`` — derived from its active tokens when None."""
-    new_status = status or derive_status(run.active.values())
+    next ordinal, and ``status`` — derived from its active tokens when None. ``held``, a
+    new step ``write_routed`` left, is inserted by the same statement."""
+    new_status = status or derive_status([*run.active.values(), *([held] if held else [])])
     if status is None and run.block_reason and new_status in _MOVING_ON:
         # A step blocked earlier in this run is still stuck (it is not tried again in
         # this run), so another branch moving on must not hide it.
@@ -114,8 +134,53 @@ def write_instance(run: Run, status: str | None, reason: str) -> None:
         run.mark_cleared = True  # set back if this commit rolls back (Run.commit)
     if new_status in ENDS_VERIFIED and new_status != run.instance.status:
         _verify_whole_chain(run)
-    fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
+    if held is None and not run.pending:
+        fenced_update_row(Instance, pk=run.instance.pk, fence=run.fence, values=values)
+    else:
+        _rows_with_instance(run, held, values)
     run.instance.status = new_status
+
+
+def write_pending(run: Run) -> None:
+    """Make the step moves left for a flush (``update_token(later=True)``) one by one."""
+    pending, run.pending = run.pending, []
+    for write in pending:
+        write.write(run.fence)
+
+
+def _rows_with_instance(run: Run, token: Token | None, values: dict[str, Any]) -> None:
+    """The pending step moves, a new step's insert and the fenced instance row as one
+    statement (ADR 0044; needs the caller's commit): each as ``fenced_update_row`` and
+    ``insert_row`` send it, refused as they refuse — the moves first, in order."""
+    pending, run.pending = run.pending, []
+    parts, params, results = [], [], []
+    for number, write in enumerate(pending):
+        sql, part_params = write.sql(run.fence)
+        parts.append(f"move_{number} AS ({sql} RETURNING 1)")
+        params += part_params
+        results.append(f"(SELECT count(*) FROM move_{number})")
+    if token is not None:
+        sql, part_params = insert_sql(token)
+        parts.append(f"new_step AS ({sql})")
+        params += part_params
+        results.append("(SELECT id FROM new_step)")
+    sql, part_params = RowWrite(Instance, run.instance.pk, values, {}, EngineError).sql(run.fence)
+    parts.append(f"instance_row AS ({sql} RETURNING 1)")
+    results.append("(SELECT count(*) FROM instance_row)")
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(parts)} SELECT {', '.join(results)}", params + part_params)
+        *moved, count = cursor.fetchone()
+    for write, matched in zip(pending, moved, strict=False):
+        if matched != 1:
+            lease_require_live(fence=run.fence, doing="write")
+            raise write.refused()
+    if token is not None:
+        token.pk = moved[-1]
+        token._state.adding = False
+        token._state.db = connection.alias
+        run.active[token.pk] = token
+    if count == 0:  # as fenced_update_row: a stale fence is refused, a gone row is not
+        lease_require_live(fence=run.fence, doing="write")
 
 
 def _verify_whole_chain(run: Run) -> None:
