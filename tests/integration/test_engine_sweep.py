@@ -324,6 +324,28 @@ def test_a_dead_workers_lease_is_expired_and_its_instance_claimable_at_once():
     assert [c.instance_id for c in instances_claim(holder="w", limit=5, ttl=30)] == [instance.pk]
 
 
+def test_a_dead_clusters_leases_are_expired_in_one_commit(monkeypatch):
+    """A restart after a killed cluster finds all its leases at once: expired together,
+    so the last stranded instance does not wait for a commit per other one (ADR 0043)."""
+    instances = [start(linear(action("a"))) for _ in range(3)]
+    for instance in instances:
+        api.lease_acquire(
+            key=instance_lease_key(instance.pk), holder=a_dead_process_holder(), ttl=3600
+        )
+    Instance.objects.update(runnable_at=None)
+    fence = sweeper_fence()
+    commits, real = [], sweep.engine_commit
+
+    def counted():
+        commits.append(1)
+        return real()
+
+    monkeypatch.setattr(sweep, "engine_commit", counted)
+    assert sweep.dead_holders_expire(fence=fence) == 3
+    assert len(commits) == 1, "one commit for all three"
+    assert sorted(queued_instances()) == sorted(i.pk for i in instances)
+
+
 def test_live_holders_and_other_hosts_are_left_to_their_lease(settings):
     from govflow.engine.liveness import holder_is_dead, host_id, worker_name
 

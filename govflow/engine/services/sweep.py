@@ -54,7 +54,7 @@ from ..models import (
     TriggerDelivery,
     WaitKind,
 )
-from ..queue import enqueue_sweep, instance_mark_runnable, instances_mark_runnable
+from ..queue import enqueue_sweep, instances_mark_runnable
 from .chain_audit import chains_audit_if_due
 from .saga_requeue import saga_requeue_candidates
 from .timers import timers_fire_only
@@ -165,21 +165,18 @@ def dead_holders_expire(*, fence: Fence, dead: list[Fence] | None = None) -> int
     pass. django-q2 tasks a dead cluster had claimed stay locked for ``retry`` seconds:
     when a death was found, every claimed task is handed out again at once (a live
     cluster's claimed tasks run twice at worst, and the instance lease makes that
-    harmless). Each expiry owns its commit. ``dead``: those leases, read already (the
+    harmless). All expiries of a pass are one commit. ``dead``: those leases, read already (the
     sweeper's pass reads them with its other look, ADR 0042).
     """
-    expired = 0
-    for lease in _dead_holders_leases() if dead is None else dead:
-        if _dead_lease_expire(fence, lease):
-            log.warning(
-                "lease %s of %s expired: that process no longer exists",
-                lease.key,
-                lease.holder,
-            )
-            expired += 1
+    leases = _dead_holders_leases() if dead is None else dead
+    expired = _dead_leases_expire(fence, leases) if leases else []
+    for lease in expired:
+        log.warning(
+            "lease %s of %s expired: that process no longer exists", lease.key, lease.holder
+        )
     if expired:
         claimed_tasks_release()
-    return expired
+    return len(expired)
 
 
 def _dead_holders_leases() -> list[Fence]:
@@ -199,18 +196,20 @@ def _dead_holders_leases() -> list[Fence]:
     return dead
 
 
-def _dead_lease_expire(fence: Fence, lease: Fence) -> bool:
-    """Expire a dead holder's instance lease and mark the instance runnable (own commit).
+def _dead_leases_expire(fence: Fence, leases: list[Fence]) -> list[Fence]:
+    """Expire dead holders' instance leases and mark their instances runnable, in one
+    commit (owns it): a restart after a killed cluster finds its leases all at once, and a
+    commit each made the last stranded instance wait for all the others' (ADR 0043).
 
-    The instance keeps the mark it was claimed with (``queue.KEEP_PLACE``, ADR 0037): it
-    has waited longest, so the next claim takes it ahead of the backlog marked since.
+    The instances keep the marks they were claimed with (``queue.KEEP_PLACE``, ADR 0037):
+    they have waited longest, so the next claims take them ahead of the backlog marked
+    since. Returns the leases expired (each conditional on its holder and fence).
     """
     with engine_commit():
         lease_require_live(fence=fence, doing="expire a dead holder's lease")
-        if not lease_expire(fence=lease):
-            return False
-        instance_mark_runnable(int(lease.key.partition(":")[2]))
-    return True
+        expired = [lease for lease in leases if lease_expire(fence=lease)]
+        instances_mark_runnable(int(lease.key.partition(":")[2]) for lease in expired)
+    return expired
 
 
 def claimed_tasks_release() -> int:
