@@ -11,7 +11,9 @@ fresh database, prints throughput, SQL statements and commits per lifecycle agai
 targets, a raw-psycopg baseline and where the time goes, then drops the database (and
 stops the server if it started one). The timed variants run in interleaved rounds
 (``variants.py``), so load from other processes on a shared machine weighs on all of them
-alike.
+alike. The rate judged is one thread's, each lifecycle waiting for its own two WAL
+flushes; beside it, not judged, the same lifecycles from ``--threads`` K threads of the
+process at once, whose commits share flushes (``threaded.py``, ADR 0045).
 
 It exits 0 when it ran, whether or not the targets were met (benchmarks report, tests
 assert), and non-zero when the benchmark itself failed.
