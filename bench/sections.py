@@ -123,6 +123,12 @@ def show_main(variant, steps: int) -> None:
     say("  vacuumed or analysed meanwhile (each commits ~2 transactions); the database was")
     say("  VACUUM ANALYZEd after migrating. After each run: every operation succeeded, and a")
     say("  sample of chains verifies.")
+    plans = variant.plans
+    if plans:
+        say("  plans of its prepared statements after its last run (pg_prepared_statements;")
+        say("  a custom plan is planned anew for its one execution):")
+        for generic, custom, text in plans:
+            say(f"    {generic:>6,} generic {custom:>5,} custom  {' '.join(text.split())[:60]}…")
     say()
 
 
@@ -192,3 +198,18 @@ def show_experiment(variant, configured: dict) -> float:
     say(table(RUN_HEADER, variant.rows(), {1, 2, 3, 4, 5, 6, 7, 8}))
     say()
     return variant.summary()["median"]
+
+
+def show_threads(variant, steps: int) -> None:
+    """The second figure: the same lifecycles from K threads of this process at once."""
+    say(
+        f"{variant.name}: {len(variant.runs)} timed runs of {variant.count:,} lifecycles "
+        f"(instances of {steps} steps, whole instances per thread)"
+    )
+    say(table(RUN_HEADER, variant.rows(), {1, 2, 3, 4, 5, 6, 7, 8}))
+    say("  A second figure, not the judged one: commits of different threads that reach the")
+    say("  server together share one WAL flush (group commit), and one thread's Python runs")
+    say("  while another waits, as in a worker running several claimed instances (ADR 0041).")
+    say("  client CPU = the whole process; server CPU = the K backends together; commits (db)")
+    say("  also less the K threads' own statistics flushes.")
+    say()

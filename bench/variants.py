@@ -38,6 +38,10 @@ class Variant:
     server_cpu: Callable[[], float | None]
     enter: Callable[[], None] = _nothing
     leave: Callable[[], None] = _nothing
+    overhead: int = 0
+    """Transactions a run commits besides its lifecycles and the probes' own."""
+    plans: list[tuple[int, int, str]] = field(default_factory=list)
+    """Generic and custom plans of its prepared ledger statements after its last run."""
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     def measure(self, number: int) -> dict[str, Any]:
@@ -65,7 +69,7 @@ class Variant:
             "server_cpu": None
             if server is None or server_after is None
             else (server_after - server) * 1e6 / n,
-            "commits": after[0] - before[0] - workload.PROBE_OVERHEAD,
+            "commits": after[0] - before[0] - workload.PROBE_OVERHEAD - self.overhead,
             "autovacuum": after[1] - before[1],
         }
         self.runs.append(run)
@@ -147,6 +151,8 @@ def django_variant(args: argparse.Namespace, *, experiment: bool = False) -> Var
             connection.close()
             options.clear()
             options.update(configured)
+        else:  # before another variant reconnects
+            v.plans = workload.plan_counts()
 
     v = Variant(
         name="Django + recovery.api" + (", server_side_binding" if experiment else ""),
@@ -209,3 +215,29 @@ def baseline_variants(
     finally:
         for conn in conns:
             conn.close()
+
+
+@contextmanager
+def threads_variant(args: argparse.Namespace) -> Iterator[Variant | None]:
+    """Django + recovery.api from ``args.threads`` threads of this process at once (a second
+    figure beside the one-thread figure, never instead of it: ``threaded.py``, ADR 0045);
+    None with ``--threads 0``."""
+    if args.threads < 1:
+        yield None
+        return
+    from threaded import Threads
+
+    pool = Threads(args.threads, args.steps)
+    try:
+        yield Variant(
+            name=f"Django + recovery.api, {args.threads} threads of one process at once",
+            tag=f"threads{args.threads}",
+            count=args.lifecycles,
+            make=lambda tag: workload.plan(tag, args.lifecycles, args.steps),
+            execute=pool.run,
+            probe=workload.xact_commit,
+            server_cpu=pool.server_cpu if args.local else lambda: None,
+            overhead=pool.overhead,
+        )
+    finally:
+        pool.close()

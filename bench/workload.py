@@ -355,3 +355,18 @@ def wire_trace(work: Callable[[], object], lifecycles: int) -> Wire:
         begins=sum(1 for f in fields if f[0] == "F" and f[2] == "Query" and "BEGIN" in f[3]),
         commits=sum(1 for f in fields if f[0] == "F" and f[2] == "Query" and "COMMIT" in f[3]),
     )
+
+
+def plan_counts() -> list[tuple[int, int, str]]:
+    """(generic plans, custom plans, start of text) of this connection's prepared ledger
+    statements (the data-modifying ``WITH``s). PostgreSQL plans a prepared statement
+    anew (a custom plan) at each of its first five executions, then keeps its generic plan
+    unless that looks dearer than the custom plans' average: each custom plan is planning
+    work at the server for that execution."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans, left(statement, 60) "
+            "FROM pg_prepared_statements WHERE statement LIKE 'WITH %%' "
+            "ORDER BY generic_plans + custom_plans DESC"
+        )
+        return [(int(g), int(c), text) for g, c, text in cursor.fetchall()]

@@ -19,6 +19,7 @@ import enum
 import json
 import math
 import sys
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from blake3 import blake3
@@ -157,65 +158,89 @@ _STRING_ADVICE = (
 )
 
 
+def _node(parent: Path, label: str | int | None) -> Path:
+    """The path node of a child labelled ``label`` (``None``: the walked value itself)."""
+    return None if label is None else (parent, label)
+
+
 def _walk(value: Any, *, max_depth: int, strict: bool, max_bytes: int | None) -> None:
     """Check every node of ``value`` with an explicit stack, never by recursion.
 
-    Raises :class:`CanonicalError` at the first offending path found (an object's keys
-    are checked when the object is reached, before its values). With ``strict`` also the
-    input rules: no U+0000, integers within ±``SAFE_INTEGER``, and a running lower bound
-    of the encoded size against ``max_bytes``.
+    Raises :class:`CanonicalError` at the first offending path found, depth first and in
+    order (an object's keys are checked when the object is reached, before its values).
+    With ``strict`` also the input rules: no U+0000, integers within ±``SAFE_INTEGER``,
+    and a running lower bound of the encoded size against ``max_bytes``.
+
+    The stack holds one iterator per open object or array, not one entry per value: a
+    scalar is checked where its container's loop meets it, and its path is built only
+    for an error (canonical bytes are made for every fact and fingerprint of every step).
     """
     limit = sys.maxsize if max_bytes is None else max_bytes
-    # Entries: (item, container depth of its parent, path node).
-    stack: list[tuple[Any, int, Path]] = [(value, 0, None)]
-    pop, push = stack.pop, stack.append
     size = 0
+    # Frames: (the (label, child) pairs of one object or array still to check, its
+    # depth, its path node). The value itself is the one child of a frame of depth 0.
+    stack: list[tuple[Any, int, Path]] = [(iter(((None, value),)), 0, None)]
     while stack:
-        item, depth, node = pop()
-        kind = type(item)
-        if kind is str:
-            if strict or not item.isascii():
-                problem = _string_problem(item, strict)
-                if problem is not None:
-                    raise CanonicalError(_path(node), problem, _STRING_ADVICE)
-            size += len(item) + 2  # at least one byte a character, and the quotes
-        elif kind is int:
-            size += 1
-            if strict and not -SAFE_INTEGER <= item <= SAFE_INTEGER:
-                raise _unsafe_integer(_path(node), item)
-            if item.bit_length() > _INT_BITS_WITHOUT_CHECK:
-                _require_writable(item, node)
-        elif item is None or kind is bool:
-            size += 4
-        elif kind is float:
-            size += 1
-            if not math.isfinite(item):
-                raise CanonicalError(_path(node), f"{item!r} is not a finite number")
-        elif kind is dict or kind is list or kind is tuple:
-            depth += 1
-            if depth > max_depth:
-                raise too_deep(_path(node), max_depth)
-            size += 2
-            if kind is dict:
-                for key in item:
-                    if type(key) is not str:
-                        raise _key_not_string(_path(node), key)
-                    if strict or not key.isascii():
-                        problem = _string_problem(key, strict)
-                        if problem is not None:
-                            raise CanonicalError(_path((node, key)), problem, _STRING_ADVICE)
-                    size += len(key) + 3
-                for key, child in reversed(item.items()):
-                    push((child, depth, (node, key)))
+        items, depth, parent = stack[-1]
+        for label, item in items:
+            kind = type(item)
+            if kind is str:
+                if strict or not item.isascii():
+                    problem = _string_problem(item, strict)
+                    if problem is not None:
+                        raise CanonicalError(_path(_node(parent, label)), problem, _STRING_ADVICE)
+                size += len(item) + 2  # at least one byte a character, and the quotes
+            elif kind is int:
+                size += 1
+                if strict and not -SAFE_INTEGER <= item <= SAFE_INTEGER:
+                    raise _unsafe_integer(_path(_node(parent, label)), item)
+                if item.bit_length() > _INT_BITS_WITHOUT_CHECK:
+                    _require_writable(item, _node(parent, label))
+            elif item is None or kind is bool:
+                size += 4
+            elif kind is float:
+                size += 1
+                if not math.isfinite(item):
+                    raise CanonicalError(
+                        _path(_node(parent, label)), f"{item!r} is not a finite number"
+                    )
+            elif kind is dict or kind is list or kind is tuple:
+                node = _node(parent, label)
+                size = _open(item, kind, node, depth + 1, max_depth, strict, size)
+                if size > limit:
+                    raise _too_large(_path(node), limit)
+                stack.append(
+                    (iter(item.items()) if kind is dict else enumerate(item), depth + 1, node)
+                )
+                break
             else:
-                index = len(item)
-                for child in reversed(item):
-                    index -= 1
-                    push((child, depth, (node, index)))
+                raise CanonicalError(
+                    _path(_node(parent, label)), f"a {kind.__name__} is not a JSON value"
+                )
+            if size > limit:
+                raise _too_large(_path(_node(parent, label)), limit)
         else:
-            raise CanonicalError(_path(node), f"a {kind.__name__} is not a JSON value")
-        if size > limit:
-            raise _too_large(_path(node), limit)
+            stack.pop()
+
+
+def _open(
+    item: Any, kind: type, node: Path, depth: int, max_depth: int, strict: bool, size: int
+) -> int:
+    """Check an object or array as the walk reaches it (its depth, an object's keys);
+    return the running size with its brackets and keys counted."""
+    if depth > max_depth:
+        raise too_deep(_path(node), max_depth)
+    size += 2
+    if kind is dict:
+        for key in item:
+            if type(key) is not str:
+                raise _key_not_string(_path(node), key)
+            if strict or not key.isascii():
+                problem = _string_problem(key, strict)
+                if problem is not None:
+                    raise CanonicalError(_path((node, key)), problem, _STRING_ADVICE)
+            size += len(key) + 3
+    return size
 
 
 # The walk's rarer refusals, built outside its loop.
@@ -270,10 +295,23 @@ def _too_large(path: str, max_bytes: int, actual: int | None = None) -> Canonica
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+# The C encoder JSONEncoder.encode makes at every call, made once. Without the circular
+# check (markers None): every value encoded here was walked first (a cycle is refused as
+# too deep) or came from json.loads (which makes none), and with no markers the encoder
+# keeps no state between calls, so one serves every thread.
+_C_ENCODE = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(
+        None, _ENCODER.default, encode_basestring, None, ":", ",", True, False, False
+    )
+)
 
 
 def _encode(value: Any) -> bytes:
-    return _ENCODER.encode(value).encode("utf-8")
+    if _C_ENCODE is None or type(value) is str:
+        return _ENCODER.encode(value).encode("utf-8")
+    return "".join(_C_ENCODE(value, 0)).encode("utf-8")
 
 
 # -- public -----------------------------------------------------------------------------

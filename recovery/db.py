@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
 GENESIS_LINK = "0" * 64
 
@@ -99,9 +100,21 @@ def transactions_only() -> Iterator[None]:
         _TRANSACTIONS_ONLY.reset(token)
 
 
+_DIALECTS: dict[str, Dialect] = {}
+
+
 def dialect() -> Dialect:
-    """The fragments for the default database, where the ledger lives."""
-    return dialect_of(connection)
+    """The fragments for the default database, where the ledger lives.
+
+    Kept per database engine setting: every ledger statement asks, and asking the
+    connection goes through Django's thread-local connection proxy each time (a few µs, a
+    dozen times per lifecycle), although the default database's engine never changes
+    while the process runs."""
+    engine = settings.DATABASES[DEFAULT_DB_ALIAS]["ENGINE"]
+    found = _DIALECTS.get(engine)
+    if found is None:
+        found = _DIALECTS[engine] = dialect_of(connection)
+    return found
 
 
 def dialect_of(conn) -> Dialect:

@@ -31,9 +31,10 @@ statement, operation and all.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
-from django.db import IntegrityError, connection
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections
 
 from .. import chain
 from ..chain import Head
@@ -51,7 +52,10 @@ _SUBJECT = "subject_type = %s AND subject_id = %s"
 def alone() -> bool:
     """Whether a ledger call here may be one autocommit statement: PostgreSQL's one-call
     path (not inside ``multi_statement`` or ``transactions_only``), outside any transaction."""
-    return lone_calls() and not connection.in_atomic_block and connection.get_autocommit()
+    if not lone_calls():
+        return False
+    db = connections[DEFAULT_DB_ALIAS]  # one look-up through the thread-local proxy, not two
+    return not db.in_atomic_block and db.get_autocommit()
 
 
 def _run(sql: str, params: list[Any]) -> bool:
@@ -161,7 +165,9 @@ def observe_alone(
 def _tail_params(mark) -> list[Any]:
     """The parameters of :func:`_success_sql`'s tail condition, in its order: the mark's
     checkpoint, then every checkpoint and every operation row past the mark as the run
-    wrote them (each row as text, in the order the statement aggregates them)."""
+    wrote them (each row an array of texts, in the order the statement aggregates them),
+    each list sent as one JSON text: one parameter the driver passes through as it is,
+    where a ``text[]`` of arrays is dumped element by element in Python."""
     subject = mark.subject
     cps = [[str(c.seq), *c.row()[3:]] for c in mark.written]
     ops = [
@@ -169,12 +175,19 @@ def _tail_params(mark) -> list[Any]:
         for key in sorted(mark.touched)
     ]
     params: list[Any] = [mark.seq, subject.type, subject.id, mark.seq, mark.link]
-    params += [subject.type, subject.id, mark.seq, cps, subject.type, subject.id, mark.seq, ops]
+    params += [subject.type, subject.id, mark.seq, _json(cps)]
+    params += [subject.type, subject.id, mark.seq, _json(ops)]
     return params
 
 
+_json = json.JSONEncoder(separators=(",", ":")).encode
+"""JSON text of a list of lists of strings (C-encoded; ASCII, so any text survives)."""
+
 _CP_TEXT = ", ".join(f"c.{c.strip()}::text" for c in chain.CHECKPOINT_COLUMNS.split(",")[2:])
 _OP_TEXT = ", ".join(f"o.{column}::text" for column in chain.OP_COLUMNS)
+# Each aggregate compared as jsonb: equal when every row has the same texts in the same
+# order (jsonb compares arrays element by element and strings exactly); no rows is NULL,
+# never equal to what a run wrote (it always wrote something past its mark).
 
 
 @functools.lru_cache(maxsize=4)
@@ -186,10 +199,11 @@ def _success_sql(fenced: str) -> str:
     none is missing, changed or added."""
     tail = (
         f"(%s = 0 OR EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq = %s AND link = %s)) "
-        f"AND (SELECT array_agg(ARRAY[{_CP_TEXT}] ORDER BY c.seq) FROM {_CP} c "
-        "WHERE c.subject_type = %s AND c.subject_id = %s AND c.seq > %s) = %b::text[] "
-        f'AND (SELECT array_agg(ARRAY[{_OP_TEXT}] ORDER BY o.key COLLATE "C") FROM {OP_TABLE} o '
-        "WHERE o.subject_type = %s AND o.subject_id = %s AND o.chain_seq > %s) = %b::text[]"
+        f"AND (SELECT jsonb_agg(jsonb_build_array({_CP_TEXT}) ORDER BY c.seq) FROM {_CP} c "
+        "WHERE c.subject_type = %s AND c.subject_id = %s AND c.seq > %s) = %s::jsonb "
+        f'AND (SELECT jsonb_agg(jsonb_build_array({_OP_TEXT}) ORDER BY o.key COLLATE "C") '
+        f"FROM {OP_TABLE} o "
+        "WHERE o.subject_type = %s AND o.subject_id = %s AND o.chain_seq > %s) = %s::jsonb"
     )
     return (
         f"WITH ok AS (SELECT {tail} AS ok), "

@@ -196,6 +196,22 @@ def test_a_non_string_object_key_is_rejected_naming_the_object(key):
     assert "not a string" in caught.value.problem
 
 
+def test_the_first_offence_in_document_order_is_the_one_reported():
+    # Depth first, in the order the value was built: what is inside a[1] comes before the
+    # later sibling c; an object's keys are checked as it is reached, before its values.
+    nan, inf = float("nan"), float("inf")
+    cases = [
+        ({"a": [1, {"b": nan}], "c": inf}, "$.a[1].b"),
+        ({"c": inf, "a": [1, {"b": nan}]}, "$.c"),
+        ({"a": {"x": [nan], 1: "k"}}, "$.a"),
+        ([[[], [nan]], nan], "$[0][1][0]"),
+    ]
+    for value, path in cases:
+        with pytest.raises(CanonicalError) as caught:
+            canonical_bytes(value)
+        assert caught.value.path == path
+
+
 def test_a_lone_surrogate_in_a_key_is_rejected_at_that_key():
     with pytest.raises(CanonicalError) as caught:
         canonical_bytes({"a": {"k\udfff": 1}})
