@@ -122,6 +122,13 @@ def fire_statement(
         f") SELECT instance_id FROM fired"
         f" UNION ALL SELECT NULL WHERE NOT {still_sql}"
     )
+    return sql, _fire_params(fence, limit, live_params, still_params)
+
+
+def _fire_params(
+    fence: Fence, limit: int, live_params: list[object], still_params: list[object]
+) -> list[object]:
+    """:func:`fire_statement`'s parameters, in the order of its placeholders."""
     waiting = [TokenState.WAITING.value, WaitKind.TIMER.value]
     params = [
         TimerState.SCHEDULED.value,
@@ -134,7 +141,7 @@ def fire_statement(
         *waiting,
         *still_params,
     ]
-    return sql, params
+    return params
 
 
 def _fire_statement_by_statement(fence: Fence, limit: int) -> list[int]:
