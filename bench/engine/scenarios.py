@@ -274,9 +274,11 @@ def govflow_timers(server: Server, cfg: Config, workers: int = 2) -> dict:
 def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
     """SIGSTOP a working cluster past its lease while a second one runs: the takeover.
 
-    Cluster A works through a backlog; cluster B (same host: the paused processes still
-    exist and hold their liveness locks, so only the lease's expiry may free their
-    instances) starts beside it. A is stopped; the time from the SIGSTOP until every
+    Clusters A and B (same host: the paused processes still exist and hold their
+    liveness locks, so only the lease's expiry may free their instances) both run, B's
+    sweeper standing by behind A's, before the backlog is started: started before B was
+    up, a backlog could be drained by A alone before there was anyone to pause it for. A
+    is stopped at a moment it holds instance leases; the time from the SIGSTOP until every
     instance lease A held has a greater fence (taken over) is the takeover, against the
     target of the lease ttl + 2 s. Then A resumes (its stale writes are refused by their
     fences) and both drain the rest.
@@ -302,7 +304,6 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
     first = start("a")
     first.wait_ready()
     poller = gdb.Poller()
-    ids, _ = gdb.start_instances(definition, cfg.recovery_n, cfg.govflow_enqueue_threads)
     second = start("b")
     wait_until(  # b's sweeper stands by behind a's: b's cluster is up
         lambda: "standing by" in second.group.log_path.read_text(errors="replace"),
@@ -311,7 +312,8 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
         groups=[first.group, second.group],
         interval=0.1,
     )
-    stopped, held = _stop_holding(first, ids)
+    ids, _ = gdb.start_instances(definition, cfg.recovery_n, cfg.govflow_enqueue_threads)
+    stopped, held = _stop_holding(first, ids, poller)
     took = None  # not taken over within PAUSE_LIMIT (a paused holder's row lock, say)
     taken: set[str] = set()
     released: set[str] = set()
@@ -345,15 +347,22 @@ def govflow_pause(server: Server, cfg: Config, workers: int = 2) -> dict:
     }
 
 
-def _stop_holding(cluster, ids: list[int]) -> tuple[float, dict[str, int]]:
+def _stop_holding(cluster, ids: list[int], poller) -> tuple[float, dict[str, int]]:
     """SIGSTOP ``cluster`` at a moment it holds instance leases; (when, {key: fence}) of
-    the leases its own processes hold (not another cluster's)."""
+    the leases its own processes hold (not another cluster's). Raises at once when every
+    instance settled first: there is nothing left to pause the cluster with."""
     import os
     import signal
 
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while time.monotonic() < deadline:
         cluster.group.check()
+        counts = poller.status_counts(ids[0], ids[-1])
+        if sum(counts.get(s, 0) for s in gdb.SETTLED) >= len(ids):
+            raise RuntimeError(
+                f"all {len(ids)} instances settled before the cluster was seen holding a "
+                "lease: start more (--recovery-n) so that the pause meets work in flight"
+            )
         pids = cluster.group.pids()
         if gdb.held_leases(ids, pids):
             os.killpg(cluster.group.pgid, signal.SIGSTOP)
