@@ -82,7 +82,9 @@ def test_timers_fire_while_every_worker_is_busy(workspace):
     waiting = drive(start(linear({"id": "t", "type": "timer", "duration": "PT1H"}, key="proc.t")))
     ws.watch(waiting.pk)
     timer = Timer.objects.get(instance=waiting)
-    cluster = ws.start_cluster(GOVFLOW_Q_WORKERS="1")
+    # One worker process with one run at a time (ADR 0041): with free run threads, the
+    # fired timer's instance would be claimed and run on before its token is looked at.
+    cluster = ws.start_cluster(GOVFLOW_Q_WORKERS="1", GOVFLOW_WORKER_RUNS="1")
     busy = instance_start(
         definition=definition_publish(document=linear(action("a"), key="proc.busy")),
         variables={"value": "busy"},
