@@ -63,12 +63,17 @@ def test_separate_rows_writes_them_one_by_one():
     assert Token.objects.filter(instance=instance, node_id="a").count() == 1
 
 
+def _taken_by_another(run, instance) -> None:
+    """The run's lease let go and taken by another holder: the run's fence is stale."""
+    api.lease_release(fence=run.fence)
+    api.lease_acquire(key=instance_lease_key(instance.pk), holder="other", ttl=30)
+
+
 def test_a_stale_holder_inserts_no_step_and_changes_no_instance():
     instance = start(linear(action("a")))
     run = _held(instance)
     [first] = run.active.values()
-    api.lease_release(fence=run.fence)
-    api.lease_acquire(key=instance_lease_key(instance.pk), holder="other", ttl=30)
+    _taken_by_another(run, instance)
     router = Router(run)
     router.leave(first.node_id)
     with pytest.raises(api.StaleFence), run.commit():
@@ -94,8 +99,7 @@ def test_a_move_made_later_by_a_stale_holder_changes_nothing():
     instance = start(linear(action("a")))
     run = _held(instance)
     [first] = run.active.values()
-    api.lease_release(fence=run.fence)
-    api.lease_acquire(key=instance_lease_key(instance.pk), holder="other", ttl=30)
+    _taken_by_another(run, instance)
     with pytest.raises(api.StaleFence):
         _route_the_start(run, later=True)
     assert Token.objects.get(pk=first.pk).state == TokenState.READY
