@@ -8,8 +8,12 @@ Each scenario gets databases of its own (GovFlow's cloned from a migrated templa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.pgserver import Server
+from scripts.procgroup import stat_fields
+
+from .procs import cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,10 @@ class Counters:
     begin_commit: int
     """Of ``statements``: BEGIN, COMMIT and ROLLBACK."""
     exec_ms: float
-    """Server time planning and executing those statements (pg_stat_statements)."""
+    """Server time executing those statements (pg_stat_statements), in wall-clock time:
+    it includes waits for locks, the disk and a CPU, and a COMMIT statement's WAL flush."""
+    server_cpu: float = 0.0
+    """CPU seconds used by all the server's processes so far (0 when it runs elsewhere)."""
 
 
 def counters(server: Server, database: str) -> Counters:
@@ -46,19 +53,43 @@ def counters(server: Server, database: str) -> Counters:
                 [database],
             ).fetchone()
     return Counters(
-        int(commit), int(xid), int(wal_sync), int(statements), int(begin_commit), float(exec_ms)
+        int(commit),
+        int(xid),
+        int(wal_sync),
+        int(statements),
+        int(begin_commit),
+        float(exec_ms),
+        server_cpu(server),
     )
 
 
-def top_statements(server: Server, database: str, limit: int = 12) -> list[tuple[int, str]]:
-    """The most frequent statements in ``database`` (calls, shortened text)."""
+def server_cpu(server: Server) -> float:
+    """CPU seconds of a server started here: the postmaster's own and its exited
+    children's (it reaps them), and its live children's (backends, WAL writer,
+    checkpointer, autovacuum). Every database's work counts: a scenario runs alone."""
+    postmaster = server.postmaster()
+    if postmaster is None:
+        return 0.0
+    total = sum(cpu_seconds(postmaster))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = stat_fields(int(entry.name))
+            if fields is not None and int(fields[1]) == postmaster:
+                total += cpu_seconds(int(entry.name))[0]
+    return total
+
+
+def top_statements(server: Server, database: str, limit: int = 12) -> list[tuple[int, float, str]]:
+    """The statements in ``database`` that cost the server most: calls, milliseconds of
+    planning and execution in all, shortened text; the costliest first."""
     if not server.statements:
         return []
     with server.connect() as conn:
         rows = conn.execute(
-            "SELECT calls, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+            "SELECT calls, total_plan_time + total_exec_time, "
+            "regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s) "
-            "ORDER BY calls DESC LIMIT %s",
+            "ORDER BY 2 DESC LIMIT %s",
             [database, limit],
         ).fetchall()
-    return [(int(calls), text) for calls, text in rows]
+    return [(int(calls), float(ms), text) for calls, ms, text in rows]

@@ -281,7 +281,23 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
             out(_row(f"  GovFlow {role}", _f(ms, 2), ""))
         out(
             _row(
-                "  PostgreSQL plan + execute ms",
+                "  PostgreSQL processes' CPU ms",
+                _f(gfr["per_step"].get("server_cpu_ms"), 2),
+                _f(dbr["per_step"].get("server_cpu_ms"), 2),
+            )
+        )
+        g_server, d_server = (r_["per_step"].get("server_cpu_ms") for r_ in (gfr, dbr))
+        if g_server is not None and d_server is not None:
+            out(
+                _row(
+                    "  CPU ms in all, engine and server",
+                    _f(sum(g.values()) + g_server, 2),
+                    _f(sum(d.values()) + d_server, 2),
+                )
+            )
+        out(
+            _row(
+                "  PostgreSQL execute ms (wall clock: waits included)",
                 _f(gfr["per_step"]["server_ms"], 2),
                 _f(dbr["per_step"]["server_ms"], 2),
             )
@@ -318,9 +334,12 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
             out(f"      {share * 100:5.1f}%  {name[:100]}")
     top = r["govflow_tput"][0].get("top_statements")
     if top:
-        out("  GovFlow's most frequent statements (calls per step, 1-worker run):")
-        for per_step, text in top:
-            out(f"    {per_step:5.2f}  {text[:110]}")
+        out(
+            "  GovFlow's costliest statements at the server, 1-worker run "
+            "(calls per step, plan + execute ms per step):"
+        )
+        for per_step, ms, text in top:
+            out(f"    {per_step:5.2f}  {ms:6.3f}  {text[:100]}")
     out("")
 
 

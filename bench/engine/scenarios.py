@@ -82,6 +82,9 @@ def _per_step(before: Counters, after: Counters, steps: int, driver_queries: int
         "wal_syncs": (after.wal_sync - before.wal_sync) / steps,
         "statements": statements / steps if after.statements else None,
         "server_ms": (after.exec_ms - before.exec_ms) / steps if after.statements else None,
+        "server_cpu_ms": (after.server_cpu - before.server_cpu) / steps * 1000
+        if after.server_cpu
+        else None,
         "begin_commit": (after.begin_commit - before.begin_commit) / steps
         if after.statements
         else None,
@@ -146,7 +149,8 @@ def govflow_throughput(
     }
     if detail:
         result["top_statements"] = [
-            (calls / steps, text) for calls, text in top_statements(server, name, 14)
+            (calls / steps, ms / steps, text)
+            for calls, ms, text in top_statements(server, name, 14)
         ]
         result["one_instance"] = gdb.statements_one_instance(definition)
         if cfg.profile:
