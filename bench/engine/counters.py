@@ -1,5 +1,5 @@
 """Server counters for one scenario database: commits, transaction ids, WAL flushes and
-(with ``pg_stat_statements``) statements and their server time.
+bytes, and (with ``pg_stat_statements``) statements and their server time.
 
 Each scenario gets databases of its own (GovFlow's cloned from a migrated template), so
 ``pg_stat_database`` and ``pg_stat_statements`` count one scenario's traffic only.
@@ -32,6 +32,9 @@ class Counters:
     it includes waits for locks, the disk and a CPU, and a COMMIT statement's WAL flush."""
     server_cpu: float = 0.0
     """CPU seconds used by all the server's processes so far (0 when it runs elsewhere)."""
+    wal_bytes: int = 0
+    """WAL written so far, server-wide (pg_stat_wal): every new row version, index entry
+    and full-page image counts, so it shows what a step costs the server's storage."""
 
 
 def counters(server: Server, database: str) -> Counters:
@@ -40,7 +43,7 @@ def counters(server: Server, database: str) -> Counters:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [database]
         ).fetchone()[0]
         xid = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()[0]
-        wal_sync = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()[0]
+        wal_sync, wal_bytes = conn.execute("SELECT wal_sync, wal_bytes FROM pg_stat_wal").fetchone()
     statements = begin_commit = exec_ms = 0
     if server.statements:
         with server.connect() as conn:
@@ -60,6 +63,7 @@ def counters(server: Server, database: str) -> Counters:
         int(begin_commit),
         float(exec_ms),
         server_cpu(server),
+        int(wal_bytes),
     )
 
 

@@ -256,6 +256,13 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
         )
         out(
             _row(
+                "  WAL bytes (pg_stat_wal.wal_bytes)",
+                _f(g.get("wal_bytes"), 0),
+                _f(d.get("wal_bytes"), 0),
+            )
+        )
+        out(
+            _row(
                 "  SQL statements (pg_stat_statements)",
                 _f(g["statements"], 1),
                 _f(d["statements"], 1),

@@ -80,6 +80,7 @@ def _per_step(before: Counters, after: Counters, steps: int, driver_queries: int
         "commits": commits / steps,
         "write_commits": (after.xid - before.xid) / steps,
         "wal_syncs": (after.wal_sync - before.wal_sync) / steps,
+        "wal_bytes": (after.wal_bytes - before.wal_bytes) / steps,
         "statements": statements / steps if after.statements else None,
         "server_ms": (after.exec_ms - before.exec_ms) / steps if after.statements else None,
         "server_cpu_ms": (after.server_cpu - before.server_cpu) / steps * 1000
