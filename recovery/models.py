@@ -13,6 +13,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from .states import (
+    TERMINAL,
     DecisionKind,
     DecisionState,
     IncidentStatus,
@@ -50,7 +51,7 @@ class Lease(models.Model):
 class Operation(models.Model):
     """The durable record of one invocation boundary, with fingerprints only."""
 
-    key = models.CharField(max_length=80, unique=True)
+    key = models.CharField(max_length=80)  # unique: the constraint in Meta (ADR 0046)
     subject_type = models.CharField(max_length=100)
     subject_id = models.CharField(max_length=100)
     step_id = models.CharField(max_length=200)
@@ -75,6 +76,13 @@ class Operation(models.Model):
         verbose_name = _("operation")
         verbose_name_plural = _("operations")
         db_table = "recovery_operation"
+        # Every new row version of an operation writes an entry into each index whose
+        # predicate it meets (a state change is never a HOT update): ADR 0046.
+        constraints = [
+            # A constraint, not unique=True: on PostgreSQL that also built a
+            # varchar_pattern_ops index for prefix LIKE, which nothing asks of a key.
+            models.UniqueConstraint(fields=["key"], name="recovery_operation_key"),
+        ]
         indexes = [
             # With chain_seq: a success finds the operations past its run's verified mark
             # by a range (ADR 0034); the subject alone is its prefix.
@@ -82,7 +90,13 @@ class Operation(models.Model):
                 fields=["subject_type", "subject_id", "chain_seq"], name="recovery_op_subject_seq"
             ),
             models.Index(fields=["idempotency_fp"], name="recovery_op_idempotency"),
-            models.Index(fields=["state"], name="recovery_op_state"),
+            # Only the states an operation leaves again (prepared, dispatched, outcome
+            # unknown): no query looks a settled one up by its state across subjects.
+            models.Index(
+                fields=["state"],
+                name="recovery_op_unsettled",
+                condition=Q(state__in=sorted(set(OperationState.values) - TERMINAL)),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -8,7 +8,14 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .external_tasks import ExternalTask, Refusal, ReportKind, TaskReport, TaskState
-from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
+from .states import (
+    TOKEN_ACTIVE,
+    DeliveryState,
+    InstanceStatus,
+    TimerState,
+    TokenState,
+    WaitKind,
+)
 
 __all__ = [
     "ContractMigration",
@@ -158,7 +165,11 @@ class Instance(models.Model):
 class Token(models.Model):
     """A position of an instance at a node."""
 
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="tokens")
+    # No index of its own: the unique (instance, ordinal) one serves every look-up by
+    # instance, and the cascade, with its prefix (ADR 0046).
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="tokens", db_index=False
+    )
     node_id = models.CharField(max_length=100)
     ordinal = models.PositiveIntegerField(help_text="Durable step ordinal within the instance.")
     state = models.CharField(max_length=16, choices=TokenState.choices)
@@ -183,8 +194,16 @@ class Token(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["instance", "ordinal"], name="engine_token_ordinal"),
         ]
+        # Every token row version writes an entry into every index whose predicate it
+        # meets (a state change is never a HOT update). No query looks a step up by a
+        # terminal state across instances, so the state indexes hold active steps only:
+        # a completed step leaves them (ADR 0046, with the audit of the queries).
         indexes = [
-            models.Index(fields=["state", "not_before"], name="engine_token_due"),
+            models.Index(
+                fields=["state", "not_before"],
+                name="engine_token_due_active",
+                condition=Q(state__in=sorted(str(state) for state in TOKEN_ACTIVE)),
+            ),
             models.Index(
                 fields=["wait_kind", "wait_key"],
                 name="engine_token_wait",
