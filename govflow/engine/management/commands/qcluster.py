@@ -27,10 +27,12 @@ class Command(DjangoQClusterCommand):
         "timers, orphaned work), or stands by while another cluster's sweeper is alive."
     )
 
-    def check(self, *args, tags=None, **kwargs):
+    def check(self, app_configs=None, tags=None, **kwargs):
         """Django's check before ``handle`` (``requires_system_checks``), without the
         checks of what a cluster never serves (``NOT_FOR_WORKERS``)."""
-        return super().check(*args, tags=qcluster_check_tags() if tags is None else tags, **kwargs)
+        if tags is None:
+            tags = qcluster_check_tags()
+        return super().check(app_configs, tags, **kwargs)
 
     def handle(self, *args, **options):
         # As django-q2's command: signing needs the SECRET_KEY, and the cluster name (the
