@@ -9,8 +9,12 @@ from .anchors import anchor_store
 from .errors import AnchorStoreError, ChainKeyError
 from .keys import chain_keys
 
+RECOVERY = "recovery"
+"""The tag of the recovery core's checks: a project can run them, and only them, by tag
+(GovFlow's ``qcluster`` runs every tagged check but the web's)."""
 
-@checks.register(checks.Tags.security)
+
+@checks.register(checks.Tags.security, RECOVERY)
 def check_chain_keys(app_configs, **kwargs):
     try:
         chain_keys()
@@ -19,7 +23,7 @@ def check_chain_keys(app_configs, **kwargs):
     return []
 
 
-@checks.register(checks.Tags.security, deploy=True)
+@checks.register(checks.Tags.security, RECOVERY, deploy=True)
 def check_chain_keys_deploy(app_configs, **kwargs):
     try:
         keys = chain_keys()
@@ -37,7 +41,7 @@ def check_chain_keys_deploy(app_configs, **kwargs):
     return []
 
 
-@checks.register()
+@checks.register(RECOVERY)
 def check_input_limits(app_configs, **kwargs):
     """The input guard's and the evidence limits are positive integers that fit together."""
     from django.conf import settings
@@ -81,7 +85,7 @@ def check_input_limits(app_configs, **kwargs):
     return found
 
 
-@checks.register()
+@checks.register(RECOVERY)
 def check_anchor_store(app_configs, **kwargs):
     try:
         store = anchor_store()

@@ -385,6 +385,7 @@ def _print_recovery(r: dict[str, Any], out: Callable[[str], None]) -> None:
         )
     )
     out("  where the time goes, from the restart (database clock):")
+    _print_startup(g.get("startup") or {}, out)
     out(
         _row(
             "  first step completed (s)",
@@ -428,6 +429,26 @@ def _print_recovery(r: dict[str, Any], out: Callable[[str], None]) -> None:
         tokens = ", ".join(f"{k} {n}" for k, n in g["tokens_not_completed"].items())
         out(f"  GovFlow steps not completed: {tokens} (outcome_unknown = killed after dispatch)")
     out("")
+
+
+def _print_startup(st: dict[str, Any], out: Callable[[str], None]) -> None:
+    """The restarted qcluster's start, from its log (ADR 0048)."""
+    for key, label, note in (
+        ("setup_seconds", "  Django set up, checks run (s)", "(qcluster log: 'starting.')"),
+        ("workers_seconds", "  workers forked (s)", "(log: 'running.')"),
+        ("first_claim_seconds", "  first claimed run started (s)", "(log: first advance)"),
+    ):
+        if key in st:
+            out(_row(label, _f(st[key], 2), "-", note))
+    if "cpu_seconds" in st:
+        out(
+            _row(
+                "  start-up CPU until then (s)",
+                _f(st["cpu_seconds"], 2),
+                "-",
+                f"all its processes; main process {_f(st['main_cpu_seconds'], 2)}",
+            )
+        )
 
 
 def _print_timers(r: dict[str, Any], out: Callable[[str], None]) -> None:

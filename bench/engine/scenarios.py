@@ -206,8 +206,10 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
     at_kill = poller.status_counts(ids[0], ids[-1])
     left = gdb.in_flight(ids)
     stranded = left["executing"] | left["leased"] | left["claimed"]
+    log_offset = cluster.group.log_path.stat().st_size
     restarted = gdb.db_now()
     cluster = start()
+    startup_cpu = _startup_cpu(cluster, log_offset)
     statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
     sweeper_since = gdb.sweeper_acquired_since(cluster.group.pgid, restarted)
     steps_after = poller.steps_done(ids[0], ids[-1]) - steps_at_kill
@@ -226,12 +228,65 @@ def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
         "stranded_seconds": gdb.settled_times(stranded, restarted),
         "sweeper_seconds": sweeper_since,
         "first_step_seconds": gdb.first_step_since(ids, restarted),
+        "startup": {**_startup_marks(cluster, log_offset, restarted), **startup_cpu},
         "steps_after": steps_after,
         "requeued": requeued,
         "requeued_seconds": requeued_seconds,
         "statuses": statuses,
         "tokens_not_completed": gdb.blocked_breakdown(ids),
     }
+
+
+FIRST_RUN = "'govflow.engine.tasks.advance'"
+"""In django-q2's log line of a task a worker starts: the first one after a restart is the
+first claimed run (ADR 0026)."""
+
+STARTUP_MARKS = {
+    "setup_seconds": " starting.",
+    "workers_seconds": " running.",
+    "first_claim_seconds": FIRST_RUN,
+}
+"""Where a restarted ``qcluster`` is, by its INFO log: ``starting.`` once Django is set up,
+the checks have run and the sentinel is forked; ``running.`` once the sentinel has forked
+the workers, monitor and pusher; the first ``advance`` a worker starts: the first claim
+delivered (ADR 0048)."""
+
+
+def _startup_cpu(cluster: gf.Cluster, log_offset: int, timeout: float = 120) -> dict:
+    """CPU seconds the restarted cluster spent until its first claimed run started: its
+    main process (Python, ``django.setup()``, the checks, the forks) and all of its
+    processes together. Less noisy than wall time on a shared machine. Read from /proc
+    when the log first shows a run (polled every 20 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cluster.group.check()
+        if FIRST_RUN in _log_since(cluster, log_offset):
+            return {
+                "main_cpu_seconds": pids_cpu({cluster.group.pgid}),
+                "cpu_seconds": pids_cpu(cluster.group.pids()),
+            }
+        time.sleep(0.02)
+    return {}
+
+
+def _log_since(cluster: gf.Cluster, offset: int) -> str:
+    with open(cluster.group.log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
+
+
+def _startup_marks(cluster: gf.Cluster, log_offset: int, restarted: dt.datetime) -> dict:
+    """Seconds from ``restarted`` (database clock; the cluster logs in UTC on the same
+    machine) to each of :data:`STARTUP_MARKS` in the restarted cluster's log."""
+    lines = _log_since(cluster, log_offset).splitlines()
+    marks: dict[str, float | None] = {}
+    for name, text in STARTUP_MARKS.items():
+        line = next((line for line in lines if text in line), None)
+        marks[name] = None
+        if line is not None:
+            logged = dt.datetime.strptime(line[:23] + "+0000", "%Y-%m-%d %H:%M:%S,%f%z")
+            marks[name] = (logged - restarted).total_seconds()
+    return marks
 
 
 def govflow_timers(server: Server, cfg: Config, workers: int = 2) -> dict:

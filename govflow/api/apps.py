@@ -11,7 +11,10 @@ class ApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The OpenAPI extension for API-key authentication registers itself on import.
-        from . import rights, schema  # noqa: F401
+        # Not the OpenAPI description (``schema``: drf-spectacular and what it loads): it
+        # is imported with the API's views, which every schema generation loads through the
+        # URLconf, and its API-key extension registers itself then. A process that serves
+        # no API (a ``qcluster``) never loads it (ADR 0048).
+        from . import rights
 
         rights.connect()  # keys created and revoked go on the rights trail

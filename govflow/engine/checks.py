@@ -1,12 +1,39 @@
-"""System checks: the registry and the published definitions against it."""
+"""System checks: the registry and the published definitions against it; which checks a
+``qcluster`` runs at its start."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.core import checks
+from django.core.checks.registry import registry as check_registry
+
+GOVFLOW = "govflow"
+"""The tag of GovFlow's own checks (the recovery core's are tagged ``recovery``): every
+check is run by ``manage.py check``; a tagged one also by ``manage.py qcluster``."""
+
+NOT_FOR_WORKERS = frozenset(
+    {
+        checks.Tags.admin,
+        checks.Tags.urls,
+        checks.Tags.templates,
+        checks.Tags.staticfiles,
+        checks.Tags.commands,
+    }
+)
+"""Checks of what a ``qcluster`` never serves or runs: the admin, the URLconf, templates,
+static files, and ``migrate``/``makemigrations``' autodetector. The URL checks alone load
+the whole web side (the URLconf, every view, the admin's modules, drf-spectacular)."""
 
 
-@checks.register()
+def qcluster_check_tags() -> list[str]:
+    """The tags of the checks ``manage.py qcluster`` runs before it starts (ADR 0048):
+    every tag registered but :data:`NOT_FOR_WORKERS`. Untagged checks are not among them
+    (Django selects by tag), so every check of GovFlow's carries a tag
+    (``tests/integration/test_worker_start.py``)."""
+    return sorted(check_registry.tags_available() - NOT_FOR_WORKERS)
+
+
+@checks.register(GOVFLOW)
 def check_definitions_resolve(app_configs, **kwargs):
     from django.db import DatabaseError
 
@@ -27,7 +54,7 @@ def check_definitions_resolve(app_configs, **kwargs):
     ]
 
 
-@checks.register()
+@checks.register(GOVFLOW)
 def check_definitions_pinned(app_configs, **kwargs):
     from django.db import DatabaseError
 
@@ -95,7 +122,7 @@ def _timing_problems(conf) -> list[checks.CheckMessage]:
     return found
 
 
-@checks.register()
+@checks.register(GOVFLOW)
 def check_settings(app_configs, **kwargs):
     """Every GOVFLOW_* setting has a value of its type and range, and they fit together.
 
@@ -156,7 +183,7 @@ def _worker_runs_problems(conf) -> list[checks.CheckMessage]:
     return []
 
 
-@checks.register()
+@checks.register(GOVFLOW)
 def check_compensations(app_configs, **kwargs):
     """Every declared compensating action is registered, and non-atomic."""
     from .registry import compensation_problem, registry
@@ -173,7 +200,7 @@ def check_compensations(app_configs, **kwargs):
     ]
 
 
-@checks.register()
+@checks.register(GOVFLOW)
 def check_claim_broker(app_configs, **kwargs):
     """Instance runs reach the workers only through GovFlow's broker (ADR 0026)."""
     from django.utils.module_loading import import_string

@@ -8,7 +8,7 @@ from .conf import LEASE_TTL, MAX_ATTEMPTS, TIMEOUT
 from .signing import keys_problem
 
 
-@register()
+@register("govflow")  # govflow.engine.checks.GOVFLOW: a qcluster runs it too
 def check_outbox_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
     problem = keys_problem()
