@@ -19,6 +19,11 @@ where the dialect allows it (PostgreSQL: ``Dialect.step_call``):
    same error (``StaleFence``, ``ChainConflict``, ``IntegrityIncidentOpen``,
    ``LedgerDisagrees``, ``OperationExists``, ``InvalidTransition``).
 
+The caller's own rows may go in front of the call, in its statement (``first``,
+:class:`FirstWrites`: data-modifying ``WITH`` parts, each fenced): the call runs only if
+every part matched, and a part that matched nothing is raised as its own write alone would
+raise it (ADR 0031 for one row, 0047 for the engine's whole step rows).
+
 Every error raised by :func:`operation_observe_record` carries ``ledger_write``:
 ``"observe"`` when step k's observation was refused, ``"record"`` when only step k+1's
 dispatch was. Elsewhere (SQLite, or inside :func:`recovery.db.multi_statement`) it is
@@ -28,7 +33,6 @@ are the same (``tests/integration/test_step_call.py`` proves it on random step s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +61,8 @@ from ._ledger import (
 )
 from .dispatch_write import _BLOCKING, _RECORDED
 from .dispatch_write import why_not_recorded as _why_not_recorded
-from .leases import Fence, fenced_row_sql, fenced_row_stale, fenced_update_row
+from .first_writes import FirstWrites, RowWrite
+from .leases import Fence
 from .operations import (
     _check_record,
     _recorded_fact,
@@ -66,7 +71,7 @@ from .operations import (
     operation_record,
 )
 
-__all__ = ["Observation", "RowWrite", "operation_observe_record"]
+__all__ = ["FirstWrites", "Observation", "RowWrite", "operation_observe_record"]
 
 
 @dataclass(frozen=True)
@@ -92,35 +97,6 @@ class Observation:
         )
 
 
-@dataclass(frozen=True)
-class RowWrite:
-    """A fenced write of one row of the caller's own table, made first, in the same call.
-
-    ``values`` and ``expect`` as :func:`recovery.api.fenced_update_row` (plain values or
-    ``Now()``), on the observation's fence. A stale fence raises ``StaleFence``; a row
-    that matched nothing while the fence is live raises ``refused()``.
-    """
-
-    model: type
-    pk: object
-    values: Mapping[str, object]
-    expect: Mapping[str, object]
-    refused: Callable[[], Exception]
-
-    def write(self, fence: Fence) -> None:
-        """Make it as a statement of its own (needs the caller's transaction)."""
-        count = fenced_update_row(
-            self.model, pk=self.pk, fence=fence, values=self.values, expect=self.expect
-        )
-        if count != 1:
-            raise self.refused()
-
-    def sql(self, fence: Fence) -> tuple[str, list[object]]:
-        return fenced_row_sql(
-            self.model, pk=self.pk, fence=fence, values=self.values, expect=self.expect
-        )
-
-
 def _tagged(exc: BaseException, part: str) -> BaseException:
     if isinstance(exc, RecoveryError) and not hasattr(exc, "ledger_write"):
         exc.ledger_write = part  # type: ignore[attr-defined]
@@ -132,13 +108,14 @@ def operation_observe_record(
     observation: Observation,
     record: dict[str, Any],
     projection_fp: str = "",
-    first: RowWrite | None = None,
+    first: FirstWrites | None = None,
 ) -> tuple[RecordedOperation, RecordedOperation]:
     """Observe one operation and record the next in the caller's transaction.
 
     ``record`` holds :func:`operation_record`'s keyword arguments; ``projection_fp`` is the
-    one its checkpoint carries; ``first``, a write of the caller's own made before them
-    (the engine's step going ``executing``). Equivalent to ``first.write(fence)``,
+    one its checkpoint carries; ``first``, writes of the caller's own made before them
+    (the engine's step going ``executing``, or its step rows with the next step inserted
+    ``executing``: :class:`FirstWrites`). Equivalent to ``first.write(fence)``,
     ``observation.write()`` and ``operation_record(**record, projection_fp=projection_fp)``
     one after the other, all or nothing, with the same errors (the ledger's tagged with
     ``ledger_write``); on PostgreSQL the writes are one server call.
@@ -263,28 +240,30 @@ def _call(cursor, observation, loaded, record, projection_fp, first):
     ]
     sql, params = _CALL, []
     if first is not None:
-        # The caller's row first, in the same statement: the call runs only if it matched.
-        first_sql, params = first.sql(fence)
+        # The caller's rows first, in the same statement: the call runs only if they all
+        # matched; what each matched comes back beside the call's answer.
+        parts, params, results, matched = first.parts(fence)
         sql = (
-            f"WITH first_write AS ({first_sql} RETURNING 1) SELECT CASE WHEN EXISTS "
-            f"(SELECT 1 FROM first_write) THEN ({_CALL.removeprefix('SELECT ')}) "
-            "ELSE 'row' END"
+            f"WITH {', '.join(parts)} SELECT CASE WHEN {matched} THEN "
+            f"({_CALL.removeprefix('SELECT ')}) ELSE 'row' END, {', '.join(results)}"
         )
     cursor.execute(sql, [*params, *arguments])
-    refused = cursor.fetchone()[0]
+    refused, *took = cursor.fetchone()
+    if first is not None:
+        first.took(fence, took)  # a part that matched nothing is raised as alone
+        if refused == "row":  # nothing refused, one part merely matched no row: as alone
+            return _call(cursor, observation, loaded, record, projection_fp, None)
     if refused:
-        raise _explained(cursor, refused, row, state, observed, (key, values), first, fence)
+        raise _explained(cursor, refused, row, state, observed, (key, values), fence)
     return (
         RecordedOperation(row["key"], subject, state, row["revision"] + 1, observed.seq, result_fp),
         RecordedOperation(key, subject, values["state"], 1, recorded.seq),
     )
 
 
-def _explained(cursor, refused, row, state, observed, dispatched, first, fence) -> Exception:
+def _explained(cursor, refused, row, state, observed, dispatched, fence) -> Exception:
     """Why the call wrote nothing (failure path only): the separate writes' own answers."""
     subject = observed.subject
-    if refused == "row":
-        return fenced_row_stale(fence) or first.refused()
     if refused == "record":
         key, values = dispatched
         why = _why_not_recorded(cursor, key, subject, values["idempotency_fp"], fence)

@@ -3,18 +3,19 @@ r"""What one step costs the database: a regression guard on statements and commi
 A non-atomic step, once steps follow each other, is one commit that records step k's
 outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its statements:
 
-    -- step k's outcome and the projection --
-    UPDATE   token k -> completed (fenced)   \  on PostgreSQL one statement (ADR 0044:
-    INSERT   token k+1                        > each write a data-modifying WITH part,
-    UPDATE   instance (fenced)               /   each refused as alone)
-    -- on PostgreSQL (ADR 0031) --
+    -- on PostgreSQL (ADR 0031, 0044, 0047) --
     SELECT   the subject's checkpoints and operations, the operation among them (one
              statement; I7: the chain is verified in Python before a success)
-    WITH     token k+1 -> executing (fenced) SELECT recovery_observe_record(...): the
-             chain head checked, operation k -> succeeded (fenced compare-and-swap), its
+    WITH     token k -> completed (fenced), token k+1 inserted already executing, the
+             instance (fenced): data-modifying WITH parts, each refused as alone;
+             SELECT recovery_observe_record(...) only if they all matched: the chain
+             head checked, operation k -> succeeded (fenced compare-and-swap), its
              checkpoint, operation k+1 dispatched (fenced, no open incident, no unsettled
              operation of the effect), its checkpoint: one statement
-    -- on SQLite (or inside recovery.api.multi_statement()), one by one --
+    -- on SQLite (or inside separate_rows() and recovery.api.multi_statement()) --
+    UPDATE   token k -> completed (fenced)
+    INSERT   token k+1
+    UPDATE   instance (fenced)
     UPDATE   token k+1 -> executing (fenced)
     SELECT   the operation and its subject's operations
     SELECT   the subject's checkpoints
@@ -24,7 +25,7 @@ outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its stat
     INSERT   operation k+1 (fenced)
     INSERT   checkpoint operation.recorded
 
-that is 3 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
+that is 2 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
 statement is a call inside the process, not a round trip to a server). No savepoint: the
 ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
 next token is found in the run's own view of its tokens, not by a query. A run adds,
@@ -65,6 +66,8 @@ def kind(sql: str) -> str:
         return "SAVEPOINT"
     if 'UPDATE "engine_token"' in sql and '"idempotency_key" =' in sql:
         return "DISPATCH"  # token -> executing: where a non-atomic step begins
+    if 'INSERT INTO "engine_token"' in sql and "'executing'" in sql:
+        return "DISPATCH"  # the next step inserted already executing (ADR 0047)
     return "STATEMENT"
 
 
@@ -94,11 +97,12 @@ def five_steps(settings) -> list[list[str]]:
     return commits
 
 
-def test_a_non_atomic_step_is_one_commit_of_three_statements_on_postgresql(settings):
+def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(settings):
     commits = five_steps(settings)
     one_call = connection.vendor == "postgresql"
-    # 5 before ADR 0044: step k's move, the next step's row and the instance row are one.
-    per_step = 3 if one_call else 11
+    # 5 before ADR 0044: step k's move, the next step's row and the instance row are one;
+    # 3 before ADR 0047: that statement and the ledger's call are one.
+    per_step = 2 if one_call else 11
     # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome, the look for a stuck branch and the release, and the instance's
     # instance.completed event (its sequence number and its row: ADR 0032). The steps
@@ -113,6 +117,10 @@ def test_a_non_atomic_step_is_one_commit_of_three_statements_on_postgresql(setti
     for commit in commits[2:6]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
         assert sum("recovery_observe_record(" in sql for sql in commit) == int(one_call)
+        # On PostgreSQL the next step's row is written once, already executing: no
+        # statement of the commit updates it after its insert (ADR 0047).
+        moved = [sql for sql in commit if "SET \"state\" = 'executing'" in sql]
+        assert len(moved) == int(not one_call), moved
 
 
 def test_the_separate_statements_on_postgresql_cost_eleven(settings):

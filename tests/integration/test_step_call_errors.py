@@ -195,3 +195,66 @@ def test_a_callers_row_on_a_stale_fence_is_a_stale_fence(subject, fence, path):
             first=row_write(note, expect="ready"),
         )
     assert Note.objects.get(pk=note.pk).text == "ready"
+
+
+class _TwoNotes:
+    """Two of the caller's rows in front of the call (``FirstWrites``, ADR 0047): one that
+    must match, and one that may match nothing (as the engine's instance row on a live
+    fence: no error, so the call is made on its own)."""
+
+    def __init__(self, note, absent_pk: int) -> None:
+        self.note, self.absent_pk, self.took_values = note, absent_pk, None
+
+    def parts(self, fence):
+        sql, params = row_write(self.note, expect="ready").sql(fence)
+        table = Note._meta.db_table
+        return (
+            [
+                f"one AS ({sql} RETURNING 1)",
+                f"none AS (UPDATE {table} SET text = 'x' WHERE id = %s RETURNING 1)",
+            ],
+            [*params, self.absent_pk],
+            ["(SELECT count(*) FROM one)", "(SELECT count(*) FROM none)"],
+            "(SELECT count(*) FROM one) = 1 AND EXISTS (SELECT 1 FROM none)",
+        )
+
+    def took(self, fence, values):
+        self.took_values = list(values)
+        if values[0] != 1:
+            raise RuntimeError("moved first")
+
+    def write(self, fence):
+        row_write(self.note, expect="ready").write(fence)
+        Note.objects.filter(pk=self.absent_pk).update(text="x")
+
+
+def test_several_rows_in_front_and_one_that_matched_nothing_without_error(subject, fence, path):
+    op = record(subject, fence)
+    note = Note.objects.create(instance_id=1, text="ready")
+    first = _TwoNotes(note, absent_pk=note.pk + 1000)
+    with CaptureQueriesContext(connection) as captured:
+        done, recorded = api.operation_observe_record(
+            observation=observed(op, fence), record=next_step(subject, fence), first=first
+        )
+    assert (done.state, recorded.state) == ("succeeded", "dispatched")
+    assert Note.objects.get(pk=note.pk).text == "moved" and api.chain_verify(subject).ok
+    calls = sum("recovery_observe_record(" in q["sql"] for q in captured.captured_queries)
+    if path == "one_call" and connection.vendor == "postgresql":
+        assert first.took_values == [1, 0]
+        assert calls == 2  # refused as 'row' in front, then the call alone
+    else:
+        assert first.took_values is None and calls == 0
+
+
+def test_a_part_refused_among_several_refuses_everything(subject, fence, path):
+    op = record(subject, fence)
+    note = Note.objects.create(instance_id=1, text="elsewhere")
+    before = standing(subject)
+    with pytest.raises(RuntimeError, match="moved first"):
+        api.operation_observe_record(
+            observation=observed(op, fence),
+            record=next_step(subject, fence),
+            first=_TwoNotes(note, absent_pk=note.pk + 1000),
+        )
+    assert standing(subject) == before
+    assert Note.objects.get(pk=note.pk).text == "elsewhere"

@@ -45,6 +45,7 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext
 from ..variables import MissingVariable, build_input
 from .run import Run
+from .writes import first_writes, write_held
 
 __all__ = [
     "Chain",
@@ -320,7 +321,8 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
     and is refused while an integrity incident is open or the effect is unsettled (I12).
 
     With ``observed`` (the previous step's observation, held back for this), the token's
-    write and both ledger writes go together: one server call on PostgreSQL (ADR 0031)."""
+    write and both ledger writes go together: one server call on PostgreSQL (ADR 0031),
+    or the rows a flush held in front of it, the step inserted ``executing`` (ADR 0047)."""
     values = dict(
         state=TokenState.EXECUTING,
         operation_key=plan.key,
@@ -337,7 +339,7 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
         observation=observed,
         record=plan.record,
         projection_fp=run.carry_projection(),
-        first=executing,
+        first=first_writes(run, plan.token, executing),
     )
 
 
@@ -355,7 +357,9 @@ def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
     Raises :class:`ChainedDispatchRefused` when the ledger refuses the chained dispatch.
     ``observed`` is the previous step's observation held back by the caller: it is
     written with the dispatch when one is chained (:class:`Chain`), else left to the
-    caller; a refusal of the observation itself is raised as it is.
+    caller; a refusal of the observation itself is raised as it is. Rows held for the call
+    (``run.held_rows``, ADR 0047) go with a chained dispatch, are sent before a ``Defer``
+    (which names its step by id), else are left to the caller (``writes.write_held``).
     """
     if not run.may_chain():
         return None
@@ -376,10 +380,12 @@ def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
         plan = plan_action(run, token, node)
     except StepRejected as exc:
         # Not here: blocking is its own commit, made by the loop with this very reason.
+        write_held(run)
         return Defer(token.pk, refusal=exc)
     if time.monotonic() - began > lease_ttl() / 10:
         # A slow preview: the lease is renewed before this step is dispatched, in its own
         # commit, so the commit now open (another step's outcome) is not put at risk.
+        write_held(run)
         return Defer(token.pk, plan=plan)
     try:
         dispatch(run, plan, observed)

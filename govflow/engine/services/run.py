@@ -52,7 +52,7 @@ from .definitions import instance_pinned
 from .handover import OpenedLoad
 from .keepalive import keepalive
 from .routing import Router
-from .rows import rows_in_one
+from .rows import StepRows, rows_in_one
 from .writes import check_move, moved_meanwhile, write_instance, write_pending, write_routed
 
 __all__ = [
@@ -127,6 +127,8 @@ class Run:
     projector: Projector = field(default_factory=Projector)
     pending: list[RowWrite] = field(default_factory=list)
     """Step moves that ride in the instance row's statement (``update_token(later=)``)."""
+    rows_wait: bool = False  # a flush may hold its rows for the ledger's call (ADR 0047)
+    held_rows: StepRows | None = None  # and these it held (``writes.first_writes``)
     _depth: int = 0
 
     @property
@@ -174,7 +176,7 @@ class Run:
         try:
             with engine_commit():
                 yield
-                write_pending(self)  # left by no flush: none is, but never dropped
+                write_pending(self)  # left by no flush or dispatch: never dropped
                 if outermost and not self.released:
                     self._seal()
                     if self.instance.status != self.committed_status:
@@ -184,6 +186,7 @@ class Run:
                 self.load_closed()  # the run's first commit carries the handover (0042)
         except BaseException as exc:
             self.pending.clear()
+            self.held_rows = None
             if outermost:
                 self.recorded_projection = before
                 self.released = self.mark_cleared = False

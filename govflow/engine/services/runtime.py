@@ -30,7 +30,10 @@ The protocol (invariants I1-I12), at its one home:
    + token completion + next tokens + variables, the projection's fingerprint carried by
    the last ledger write. When the next step is a plain non-atomic action, its (a) joins
    the previous step's (b) (``dispatch.dispatch_next`` returns ``Chain``), so a chain of
-   steps costs one commit per step. An answer the ledger refuses for integrity is kept
+   steps costs one commit per step; on PostgreSQL that commit's rows (step k completed,
+   step k+1 inserted already ``executing``, the instance) ride in the ledger call's own
+   statement, each fenced, the call made only if all matched (ADR 0047). An answer the
+   ledger refuses for integrity is kept
    (``KeptAnswer``) and recorded after the incident is resolved, never guessed unknown.
 6. An atomic step is one commit: the provider's writes share the engine's transaction.
 7. The lease is renewed between steps (and by a thread during a provider call); it is

@@ -39,6 +39,7 @@ from .linked_watch import is_linked_start, watch_begin
 from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
 from .run import Run
+from .writes import write_held
 
 __all__ = [
     "MAX_DELAY",
@@ -178,6 +179,7 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
             )
             next_step = dispatch_next(run, observed=observed)
             if not isinstance(next_step, Chain):
+                write_held(run)  # the rows held for a dispatch that did not come (0047)
                 observed.write()
         elif isinstance(result, Failed):
             retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING, operation=key)
@@ -209,18 +211,23 @@ def succeed(
     the observation that carries their fingerprint (one commit either way: the order only
     saves a checkpoint). With ``by`` (``"provider"``: its reconcile settled an uncertain
     step) the operation becomes ``effect_confirmed`` on that authority. With ``held`` the
-    observation is returned unwritten: the caller writes it in this commit, alone
-    (``write()``) or with the next step's dispatch (``dispatch_next``)."""
+    observation is returned unwritten, and the rows of the step routed next are held
+    (``run.held_rows``): the caller writes them in this commit, alone (``write_held``, then
+    ``write()``) or with the next step's dispatch (``dispatch_next``, ADR 0047)."""
     output = dict(result.output)
     extra = dict(extra or {})
     reason = extra.pop("reason", "")
     run.success_follows = True  # an ending verifies its whole chain through it (ADR 0038)
+    # Held too, the rows of the step routed next wait for the call that may dispatch it
+    # (ADR 0047); the caller sends them alone when it does not (``write_held``). Not a
+    # linked run's start: its watch step is moved by id right after its flush.
+    run.rows_wait = held and not is_linked_start(node, token)
     try:
         complete_with_output(
             run, token, node, output, expected=expected, reason=reason, extra=extra
         )
     finally:
-        run.success_follows = False
+        run.success_follows = run.rows_wait = False
     observation = Observation(
         key=key,
         state=OperationState.EFFECT_CONFIRMED if by else OperationState.SUCCEEDED,

@@ -1,6 +1,8 @@
 """A run's writes besides its tokens' own moves: routed rows and the instance row.
 
-``Run.flush`` calls them, inside the caller's commit and on the run's fence.
+``Run.flush`` calls them, inside the caller's commit and on the run's fence. On
+PostgreSQL a step's rows are one statement (``rows.StepRows``, ADR 0044), held for the
+ledger's call when the run asks (``Run.rows_wait``, ADR 0047).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from recovery.api import (
     fenced_update,
     fenced_update_row,
     insert_row,
-    lease_require_live,
 )
 
 from ..db import clock
@@ -28,10 +29,18 @@ from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenStat
 from ..states import TERMINAL_STATUSES, token_may_move
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
-from .rows import insert_sql, rows_in_one
+from .rows import StepRows, rows_in_one, unsaved_key
 from .triggers import delivery_take
 
-__all__ = ["check_move", "moved_meanwhile", "write_instance", "write_pending", "write_routed"]
+__all__ = [
+    "check_move",
+    "first_writes",
+    "moved_meanwhile",
+    "write_held",
+    "write_instance",
+    "write_pending",
+    "write_routed",
+]
 
 _MOVING_ON = frozenset({InstanceStatus.RUNNING, InstanceStatus.WAITING, InstanceStatus.COMPLETED})
 """Statuses a derived status would claim although a step this run blocked is stuck."""
@@ -51,6 +60,8 @@ class Run(Protocol):
     success_follows: bool
     mark_cleared: bool
     pending: list[RowWrite]
+    rows_wait: bool
+    held_rows: StepRows | None
 
     @property
     def subject(self) -> Subject: ...
@@ -65,6 +76,7 @@ def write_routed(run: Run, router: Router) -> Token | None:
     on PostgreSQL, when nothing else was routed), or None. Pending step moves ride in that
     statement too, unless more was routed: then they are made first, one by one.
     """
+    write_held(run)  # a flush before held its rows: they go first (ADR 0047)
     writes = router.writes
     held = None
     alone = len(writes.tokens) <= 1 and not (
@@ -106,6 +118,7 @@ def write_instance(run: Run, status: str | None, reason: str, held: Token | None
     """Write the instance row, on the fence (needs the caller's commit): its variables,
     next ordinal, and ``status`` — derived from its active tokens when None. ``held``, a
     new step ``write_routed`` left, is inserted by the same statement."""
+    write_held(run)  # a flush before held its rows: they go first (ADR 0047)
     new_status = status or derive_status([*run.active.values(), *([held] if held else [])])
     if status is None and run.block_reason and new_status in _MOVING_ON:
         # A step blocked earlier in this run is still stuck (it is not tried again in
@@ -142,45 +155,52 @@ def write_instance(run: Run, status: str | None, reason: str, held: Token | None
 
 
 def write_pending(run: Run) -> None:
-    """Make the step moves left for a flush (``update_token(later=True)``) one by one."""
+    """Send the rows held for a dispatch that did not come (``write_held``), then make the
+    step moves left for a flush (``update_token(later=True)``) one by one."""
+    write_held(run)
     pending, run.pending = run.pending, []
     for write in pending:
         write.write(run.fence)
 
 
+def write_held(run: Run) -> None:
+    """Send the rows a flush held for the ledger's call, now and alone (needs the caller's
+    commit): no dispatch took them (ADR 0047)."""
+    held, run.held_rows = run.held_rows, None
+    if held is not None:
+        held.write(run.fence)
+
+
+def first_writes(run: Run, token: Token, executing: RowWrite) -> RowWrite | StepRows:
+    """What goes in front of the ledger's call that dispatches ``token`` (needs the
+    caller's commit): the held rows when ``token`` is their new step — inserted as it is
+    now, ``executing``, with no update after (ADR 0047) — else ``executing``, the update of
+    a step that has its row, after the held rows are sent alone."""
+    held = run.held_rows
+    if held is not None and held.token is token:
+        run.held_rows = None
+        return held
+    write_held(run)
+    return executing
+
+
 def _rows_with_instance(run: Run, token: Token | None, values: dict[str, Any]) -> None:
     """The pending step moves, a new step's insert and the fenced instance row as one
-    statement (ADR 0044; needs the caller's commit): each as ``fenced_update_row`` and
-    ``insert_row`` send it, refused as they refuse — the moves first, in order."""
+    statement (ADR 0044; needs the caller's commit), refused as the separate writes are.
+
+    When the run asks (``rows_wait``: a success held back for the ledger's call) and a
+    new step is inserted, the statement is held instead (``run.held_rows``) for the call
+    that may dispatch that step (ADR 0047); the step joins the run's view at once, under
+    :func:`~.rows.unsaved_key` until the insert returns its id.
+    """
     pending, run.pending = run.pending, []
-    parts, params, results = [], [], []
-    for number, write in enumerate(pending):
-        sql, part_params = write.sql(run.fence)
-        parts.append(f"move_{number} AS ({sql} RETURNING 1)")
-        params += part_params
-        results.append(f"(SELECT count(*) FROM move_{number})")
-    if token is not None:
-        sql, part_params = insert_sql(token)
-        parts.append(f"new_step AS ({sql})")
-        params += part_params
-        results.append("(SELECT id FROM new_step)")
-    sql, part_params = RowWrite(Instance, run.instance.pk, values, {}, EngineError).sql(run.fence)
-    parts.append(f"instance_row AS ({sql} RETURNING 1)")
-    results.append("(SELECT count(*) FROM instance_row)")
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(parts)} SELECT {', '.join(results)}", params + part_params)
-        *moved, count = cursor.fetchone()
-    for write, matched in zip(pending, moved, strict=False):
-        if matched != 1:
-            lease_require_live(fence=run.fence, doing="write")
-            raise write.refused()
-    if token is not None:
-        token.pk = moved[-1]
-        token._state.adding = False
-        token._state.db = connection.alias
-        run.active[token.pk] = token
-    if count == 0:  # as fenced_update_row: a stale fence is refused, a gone row is not
-        lease_require_live(fence=run.fence, doing="write")
+    instance = RowWrite(Instance, run.instance.pk, values, {}, EngineError)
+    rows = StepRows(pending, token, instance, run.active)
+    if token is not None and run.rows_wait and run.held_rows is None:
+        run.held_rows = rows
+        run.active[unsaved_key(token)] = token
+        return
+    rows.write(run.fence)
 
 
 def _verify_whole_chain(run: Run) -> None:
