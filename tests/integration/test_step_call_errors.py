@@ -170,7 +170,16 @@ def test_the_callers_row_is_written_first_and_with_the_rest(subject, fence, path
     assert note.text == "moved" and Operation.objects.get(key=op.key).state == "succeeded"
 
 
-def test_a_callers_row_moved_meanwhile_refuses_everything(subject, fence, path):
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param(lambda note: row_write(note, expect="ready"), id="one row"),
+        pytest.param(
+            lambda note: _TwoNotes(note, absent_pk=note.pk + 1000), id="a part among several"
+        ),
+    ],
+)
+def test_a_callers_row_moved_meanwhile_refuses_everything(subject, fence, path, first):
     op = record(subject, fence)
     note = Note.objects.create(instance_id=1, text="elsewhere")
     before = standing(subject)
@@ -178,7 +187,7 @@ def test_a_callers_row_moved_meanwhile_refuses_everything(subject, fence, path):
         api.operation_observe_record(
             observation=observed(op, fence),
             record=next_step(subject, fence),
-            first=row_write(note, expect="ready"),
+            first=first(note),
         )
     assert standing(subject) == before
     assert Note.objects.get(pk=note.pk).text == "elsewhere"
@@ -244,17 +253,3 @@ def test_several_rows_in_front_and_one_that_matched_nothing_without_error(subjec
         assert calls == 2  # refused as 'row' in front, then the call alone
     else:
         assert first.took_values is None and calls == 0
-
-
-def test_a_part_refused_among_several_refuses_everything(subject, fence, path):
-    op = record(subject, fence)
-    note = Note.objects.create(instance_id=1, text="elsewhere")
-    before = standing(subject)
-    with pytest.raises(RuntimeError, match="moved first"):
-        api.operation_observe_record(
-            observation=observed(op, fence),
-            record=next_step(subject, fence),
-            first=_TwoNotes(note, absent_pk=note.pk + 1000),
-        )
-    assert standing(subject) == before
-    assert Note.objects.get(pk=note.pk).text == "elsewhere"
