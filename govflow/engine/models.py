@@ -8,14 +8,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .external_tasks import ExternalTask, Refusal, ReportKind, TaskReport, TaskState
-from .states import (
-    TOKEN_ACTIVE,
-    DeliveryState,
-    InstanceStatus,
-    TimerState,
-    TokenState,
-    WaitKind,
-)
+from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
 
 __all__ = [
     "ContractMigration",
@@ -195,15 +188,11 @@ class Token(models.Model):
             models.UniqueConstraint(fields=["instance", "ordinal"], name="engine_token_ordinal"),
         ]
         # Every token row version writes an entry into every index whose predicate it
-        # meets (a state change is never a HOT update). No query looks a step up by a
-        # terminal state across instances, so the state indexes hold active steps only:
-        # a completed step leaves them (ADR 0046, with the audit of the queries).
+        # meets (a state change is never a HOT update). The due index stays whole: made
+        # partial over the active steps, the sweep's look-up for unmarked work scanned all
+        # of it once per instance under stale statistics (ADR 0046, "Withdrawn").
         indexes = [
-            models.Index(
-                fields=["state", "not_before"],
-                name="engine_token_due_active",
-                condition=Q(state__in=sorted(str(state) for state in TOKEN_ACTIVE)),
-            ),
+            models.Index(fields=["state", "not_before"], name="engine_token_due"),
             models.Index(
                 fields=["wait_kind", "wait_key"],
                 name="engine_token_wait",

@@ -142,19 +142,19 @@ def _plans(user) -> dict[str, tuple[dict, str, str]]:
         "sweep's runnable steps": (
             queryset_plan(sweep._unmarked_with_work(200).build(timezone.now())),
             "engine_token",
-            "engine_token_due_active",
+            "engine_token_due",
         ),
         # REST API: GET /handoffs (unknown outcomes and pending providers), newest first.
         "API handoffs": (
             queryset_plan(handoffs(None).order_by("-id")[:50]),
             "engine_token",
-            "engine_token_due_active",
+            "engine_token_due",
         ),
         # The desk's uncertain steps (batches, the queue's "Outcome unknown").
         "desk's unknown outcomes": (
             queryset_plan(uncertain_steps(user)),
             "engine_token",
-            "engine_token_due_active",
+            "engine_token_due",
         ),
         # The desk's waiting approvals and a message's hand-over to its waiting step.
         "waiting approvals": (

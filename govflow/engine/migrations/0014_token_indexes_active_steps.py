@@ -1,18 +1,15 @@
 """The token table's indexes hold what the engine looks up, and no more (ADR 0046).
 
-- ``engine_token_due`` (state, not_before) over every token becomes
-  ``engine_token_due_active``, the same columns over the active steps only (ready,
-  executing, waiting, outcome unknown): a step that completes, fails or is cancelled
-  leaves it, and every later version of its row writes no entry into it.
-- The single-column index on ``instance_id`` goes: the unique (instance_id, ordinal)
-  constraint's index serves every look-up by instance, and the cascade, with its prefix.
+The single-column index on ``instance_id`` goes: the unique (instance_id, ordinal)
+constraint's index serves every look-up by instance, and the cascade, with its prefix.
+(A first version of this migration also narrowed ``engine_token_due`` to the active steps;
+that part was withdrawn before any release, see ADR 0046, "Withdrawn": the index stays
+whole.)
 
-On PostgreSQL the new index is built with ``CREATE INDEX CONCURRENTLY`` before the old
-ones are dropped with ``DROP INDEX CONCURRENTLY``: the table is never locked against the
-workers' writes while the build reads it, so a deployment with a large table keeps
-running steps (the migration is therefore not atomic). An interrupted build leaves an
-invalid index; running ``migrate`` again drops and rebuilds it. Other databases (SQLite)
-run Django's own operations. Reversing uses Django's own operations everywhere.
+On PostgreSQL the index is dropped with ``DROP INDEX CONCURRENTLY``: the table is never
+locked against the workers' writes, so a deployment with a large table keeps running
+steps (the migration is therefore not atomic). Other databases (SQLite) run Django's own
+operations. Reversing uses Django's own operations everywhere.
 
 The operation below is copied in recovery's migration 0015: a migration keeps the code
 it ran (it never imports code that may change later).
@@ -20,7 +17,6 @@ it ran (it never imports code that may change later).
 
 from django.db import migrations, models, transaction
 from django.db.migrations.operations.base import Operation
-from django.db.models import Q
 
 
 class OnlineOnPostgreSQL(Operation):
@@ -61,28 +57,6 @@ class OnlineOnPostgreSQL(Operation):
         return self.operation.references_model(name, app_label)
 
 
-def _valid(editor, name):
-    """Whether index ``name`` exists and is valid (None: it does not exist, or sqlmigrate)."""
-    if editor.collect_sql:
-        return None
-    with editor.connection.cursor() as cursor:
-        cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
-        row = cursor.fetchone()
-    return None if row is None else row[0]
-
-
-def build(index):
-    def online(editor, model):
-        valid = _valid(editor, index.name)
-        if valid:
-            return  # built by an earlier run that stopped after it
-        if valid is False:  # left invalid by an interrupted CREATE INDEX CONCURRENTLY
-            editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {editor.quote_name(index.name)}")
-        editor.add_index(model, index, concurrently=True)
-
-    return online
-
-
 def drop(name):
     def online(editor, model):
         editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {editor.quote_name(name)}")
@@ -104,12 +78,6 @@ def drop_single_column_indexes(column):
     return online
 
 
-ACTIVE = ["executing", "outcome_unknown", "ready", "waiting"]
-DUE_ACTIVE = models.Index(
-    condition=Q(state__in=ACTIVE), fields=["state", "not_before"], name="engine_token_due_active"
-)
-
-
 class Migration(migrations.Migration):
     atomic = False
 
@@ -118,13 +86,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        OnlineOnPostgreSQL(
-            migrations.AddIndex(model_name="token", index=DUE_ACTIVE), build(DUE_ACTIVE)
-        ),
-        OnlineOnPostgreSQL(
-            migrations.RemoveIndex(model_name="token", name="engine_token_due"),
-            drop("engine_token_due"),
-        ),
         OnlineOnPostgreSQL(
             migrations.AlterField(
                 model_name="token",
