@@ -256,17 +256,21 @@ def _startup_cpu(cluster: gf.Cluster, log_offset: int, timeout: float = 120) -> 
     """CPU seconds the restarted cluster spent until its first claimed run started: its
     main process (Python, ``django.setup()``, the checks, the forks) and all of its
     processes together. Less noisy than wall time on a shared machine. Read from /proc
-    when the log first shows a run (polled every 20 ms)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        cluster.group.check()
-        if FIRST_RUN in _log_since(cluster, log_offset):
-            return {
-                "main_cpu_seconds": pids_cpu({cluster.group.pgid}),
-                "cpu_seconds": pids_cpu(cluster.group.pids()),
-            }
-        time.sleep(0.02)
-    return {}
+    when the log first shows a run (polled every 20 ms); nothing if it shows none in time."""
+    try:
+        wait_until(
+            lambda: FIRST_RUN in _log_since(cluster, log_offset),
+            timeout=timeout,
+            what="the restarted cluster's first claimed run",
+            groups=[cluster.group],
+            interval=0.02,
+        )
+    except TimeoutError:
+        return {}
+    return {
+        "main_cpu_seconds": pids_cpu({cluster.group.pgid}),
+        "cpu_seconds": pids_cpu(cluster.group.pids()),
+    }
 
 
 def _log_since(cluster: gf.Cluster, offset: int) -> str:
