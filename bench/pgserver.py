@@ -145,6 +145,10 @@ def _enable_statements(server: Server) -> None:
             return
     with server.connect() as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        # Count planning too: a prepared statement the server plans anew at every execution
+        # (a custom plan) shows as plans per call near 1 (ADR 0049).
+        conn.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
+        conn.execute("SELECT pg_reload_conf()")
     server.statements = True
 
 

@@ -359,14 +359,17 @@ def wire_trace(work: Callable[[], object], lifecycles: int) -> Wire:
 
 def plan_counts() -> list[tuple[int, int, str]]:
     """(generic plans, custom plans, start of text) of this connection's prepared ledger
-    statements (the data-modifying ``WITH``s). PostgreSQL plans a prepared statement
-    anew (a custom plan) at each of its first five executions, then keeps its generic plan
-    unless that looks dearer than the custom plans' average: each custom plan is planning
-    work at the server for that execution."""
+    statements: the calls of the standalone functions (``SELECT recovery_lone_…``, ADR
+    0049) and any data-modifying ``WITH``. PostgreSQL plans a prepared statement anew (a
+    custom plan) at each of its first five executions, then keeps its generic plan unless
+    that looks dearer than the custom plans' average: each custom plan is planning work at
+    the server for that execution. The functions' own statements keep one generic plan per
+    session whatever these counts say (``plan_cache_mode`` set on the function)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT generic_plans, custom_plans, left(statement, 60) "
             "FROM pg_prepared_statements WHERE statement LIKE 'WITH %%' "
+            "OR statement LIKE 'SELECT recovery_lone%%' "
             "ORDER BY generic_plans + custom_plans DESC"
         )
         return [(int(g), int(c), text) for g, c, text in cursor.fetchall()]

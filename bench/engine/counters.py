@@ -28,7 +28,8 @@ class Counters:
     begin_commit: int
     """Of ``statements``: BEGIN, COMMIT and ROLLBACK."""
     exec_ms: float
-    """Server time executing those statements (pg_stat_statements), in wall-clock time:
+    """Server time planning and executing those statements (pg_stat_statements; planning
+    counted where ``track_planning`` is on, as on a server the bench starts), wall-clock:
     it includes waits for locks, the disk and a CPU, and a COMMIT statement's WAL flush."""
     server_cpu: float = 0.0
     """CPU seconds used by all the server's processes so far (0 when it runs elsewhere)."""
@@ -83,17 +84,20 @@ def server_cpu(server: Server) -> float:
     return total
 
 
-def top_statements(server: Server, database: str, limit: int = 12) -> list[tuple[int, float, str]]:
-    """The statements in ``database`` that cost the server most: calls, milliseconds of
-    planning and execution in all, shortened text; the costliest first."""
+def top_statements(
+    server: Server, database: str, limit: int = 12
+) -> list[tuple[int, int, float, str]]:
+    """The statements in ``database`` that cost the server most: calls, plans (0 unless
+    ``pg_stat_statements.track_planning`` is on), milliseconds of planning and execution
+    in all, shortened text; the costliest first."""
     if not server.statements:
         return []
     with server.connect() as conn:
         rows = conn.execute(
-            "SELECT calls, total_plan_time + total_exec_time, "
+            "SELECT calls, plans, total_plan_time + total_exec_time, "
             "regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s) "
-            "ORDER BY 2 DESC LIMIT %s",
+            "ORDER BY 3 DESC LIMIT %s",
             [database, limit],
         ).fetchall()
-    return [(int(calls), float(ms), text) for calls, ms, text in rows]
+    return [(int(calls), int(plans), float(ms), text) for calls, plans, ms, text in rows]

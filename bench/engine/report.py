@@ -304,7 +304,7 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
             )
         out(
             _row(
-                "  PostgreSQL execute ms (wall clock: waits included)",
+                "  PostgreSQL plan + execute ms (wall clock: waits included)",
                 _f(gfr["per_step"]["server_ms"], 2),
                 _f(dbr["per_step"]["server_ms"], 2),
             )
@@ -342,11 +342,11 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
     top = r["govflow_tput"][0].get("top_statements")
     if top:
         out(
-            "  GovFlow's costliest statements at the server, 1-worker run "
-            "(calls per step, plan + execute ms per step):"
+            "  GovFlow's costliest statements at the server, 1-worker run (calls per step, "
+            "plans per call, plan + execute ms per step; plans 0 when planning is not tracked):"
         )
-        for per_step, ms, text in top:
-            out(f"    {per_step:5.2f}  {ms:6.3f}  {text[:100]}")
+        for per_step, plans, ms, text in top:
+            out(f"    {per_step:5.2f}  {plans:4.2f}  {ms:6.3f}  {text[:92]}")
     out("")
 
 

@@ -150,8 +150,8 @@ def govflow_throughput(
     }
     if detail:
         result["top_statements"] = [
-            (calls / steps, ms / steps, text)
-            for calls, ms, text in top_statements(server, name, 14)
+            (calls / steps, plans / calls if calls else 0.0, ms / steps, text)
+            for calls, plans, ms, text in top_statements(server, name, 14)
         ]
         result["one_instance"] = gdb.statements_one_instance(definition)
         if cfg.profile:

@@ -26,11 +26,15 @@ Any condition that fails writes nothing and the call goes the transaction path
 where only this process's knowledge was out of date. The same happens when the checkpoint
 insert loses the (subject, seq) compare-and-swap: the unique constraint's error aborts the
 statement, operation and all.
+
+Each statement is the body of a server function, ``recovery_lone_record`` and
+``recovery_lone_success`` (migration 0016, ADR 0049), planned once per session: sent as
+prepared statements, the server planned them anew at every execution whenever its
+estimates favoured a custom plan, and that planning was half its CPU per lifecycle.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -38,15 +42,12 @@ from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections
 
 from .. import chain
 from ..chain import Head
-from ..db import dialect, lone_calls
+from ..db import lone_calls
 from ..states import can_transition
-from ..subjects import Subject
-from ._ledger import INCIDENT_TABLE, OP_TABLE, RecordedOperation
-from .dispatch_write import _insert_sql
-from .leases import Fence, fence_condition
-
-_CP = chain.CHECKPOINT_TABLE
-_SUBJECT = "subject_type = %s AND subject_id = %s"
+from ..subjects import LEDGER_WATERMARK, Subject
+from ._ledger import RecordedOperation
+from .dispatch_write import _BLOCKING, _RECORDED
+from .leases import Fence
 
 
 def alone() -> bool:
@@ -69,25 +70,18 @@ def _run(sql: str, params: list[Any]) -> bool:
         return False
 
 
-def _head_condition(subject: Subject, head: Head, fresh: bool) -> tuple[str, list[Any]]:
-    """The chain still ends at ``head``; ``fresh``: and the subject has no operation yet."""
-    sql = (
-        f"(%s = 0 OR EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq = %s AND link = %s)) "
-        f"AND NOT EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq > %s)"
-    )
-    params: list[Any] = [head.seq, subject.type, subject.id, head.seq, head.link]
-    params += [subject.type, subject.id, head.seq]
-    if fresh:
-        sql += f" AND NOT EXISTS (SELECT 1 FROM {OP_TABLE} WHERE {_SUBJECT})"
-        params += [subject.type, subject.id]
-    return sql, params
-
-
-def _checkpoint_insert() -> str:
-    return (
-        f"INSERT INTO {_CP} ({chain.CHECKPOINT_COLUMNS}, recorded_at) "
-        f"SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now}"
-    )
+_RECORD = (
+    "SELECT recovery_lone_record(%s, %s, %s::bigint, %s, %s::boolean, %s, %s, %s, %s, %s, %s, "
+    "%s, %s, %s, %s, %s, %s::bigint, %s::integer, %s, %s, %s, %s::text[], %s::bigint, %s, %s, "
+    "%s, %s, %s, %s, %s)"
+)
+_SUCCESS = (
+    "SELECT recovery_lone_success(%s, %s, %s::bigint, %s, %s, %s, %s, %s, %s::integer, %s, "
+    "%s::integer, %s, %s, %s, %s::bigint, %s::bigint, %s, %s, %s, %s, %s, %s, %s)"
+)
+"""The two statements of ADR 0040, as functions planned once per session (migration 0016,
+ADR 0049): a prepared statement sent from here was planned anew at every execution
+whenever the server's estimates favoured custom plans."""
 
 
 def record_alone(
@@ -107,15 +101,11 @@ def record_alone(
     fresh = mark is None or mark.subject != subject
     head = chain.EMPTY if fresh else Head(*mark.head)
     checkpoint = chain.prepare(subject, head, "operation.recorded", fact, projection_fp)
-    insert, params = _insert_sql(key, subject, row, fence, ordinal, state, checkpoint.seq)
-    condition, head_params = _head_condition(subject, head, fresh)
-    sql = (
-        f"WITH ok AS (SELECT {condition} AS ok), "
-        f"op AS ({insert} AND (SELECT ok FROM ok) ON CONFLICT (key) DO NOTHING RETURNING 1), "
-        f"cp AS ({_checkpoint_insert()} WHERE EXISTS (SELECT 1 FROM op) RETURNING 1) "
-        "SELECT EXISTS (SELECT 1 FROM op) AND EXISTS (SELECT 1 FROM cp)"
-    )
-    if not _run(sql, [*head_params, *params, *checkpoint.row()]):
+    params = [subject.type, subject.id, head.seq, head.link, fresh, key]
+    params += [row[column] for column in _RECORDED]
+    params += [fence.key, fence.holder, fence.fence, ordinal, state]
+    params += [LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, list(_BLOCKING)]
+    if not _run(_RECORD, [*params, *checkpoint.row()[2:]]):
         chain.mark_forget_written(fence)
         return None
     chain.mark_wrote(fence, checkpoint, fact, fresh=fresh)
@@ -150,11 +140,9 @@ def observe_alone(
     fact = {"operation": key, "state": state, "revision": revision, "result_fp": result_fp}
     fact |= fact_extra
     checkpoint = chain.prepare(subject, Head(*mark.head), "operation.observed", fact, projection_fp)
-    fenced, fenced_params = fence_condition(fence)
-    params = [*_tail_params(mark), state, revision, result_fp, checkpoint.seq, key]
-    params += [op["state"], op["revision"], *fenced_params, subject.type, subject.id]
-    sql = _success_sql(fenced)
-    if not _run(sql, [*params, *checkpoint.row()]):
+    params = [*_tail_params(mark), key, op["state"], op["revision"], state, revision]
+    params += [result_fp, fence.key, fence.holder, fence.fence]
+    if not _run(_SUCCESS, [*params, *checkpoint.row()[2:]]):
         chain.mark_forget_written(fence)
         return None
     chain.mark_verified_through(fence, mark)
@@ -163,9 +151,9 @@ def observe_alone(
 
 
 def _tail_params(mark) -> list[Any]:
-    """The parameters of :func:`_success_sql`'s tail condition, in its order: the mark's
+    """The first parameters of ``recovery_lone_success``: the subject, the mark's
     checkpoint, then every checkpoint and every operation row past the mark as the run
-    wrote them (each row an array of texts, in the order the statement aggregates them),
+    wrote them (each row an array of texts, in the order the function aggregates them),
     each list sent as one JSON text: one parameter the driver passes through as it is,
     where a ``text[]`` of arrays is dumped element by element in Python."""
     subject = mark.subject
@@ -174,43 +162,8 @@ def _tail_params(mark) -> list[Any]:
         [key, *(str(mark.touched[key][field]) for _, field in chain.COMPARED)]
         for key in sorted(mark.touched)
     ]
-    params: list[Any] = [mark.seq, subject.type, subject.id, mark.seq, mark.link]
-    params += [subject.type, subject.id, mark.seq, _json(cps)]
-    params += [subject.type, subject.id, mark.seq, _json(ops)]
-    return params
+    return [subject.type, subject.id, mark.seq, mark.link, _json(cps), _json(ops)]
 
 
 _json = json.JSONEncoder(separators=(",", ":")).encode
 """JSON text of a list of lists of strings (C-encoded; ASCII, so any text survives)."""
-
-_CP_TEXT = ", ".join(f"c.{c.strip()}::text" for c in chain.CHECKPOINT_COLUMNS.split(",")[2:])
-_OP_TEXT = ", ".join(f"o.{column}::text" for column in chain.OP_COLUMNS)
-# Each aggregate compared as jsonb: equal when every row has the same texts in the same
-# order (jsonb compares arrays element by element and strings exactly); no rows is NULL,
-# never equal to what a run wrote (it always wrote something past its mark).
-
-
-@functools.lru_cache(maxsize=4)
-def _success_sql(fenced: str) -> str:
-    """The success's one statement: the tail condition, the compare-and-swap, the checkpoint.
-
-    The tail condition: the mark's checkpoint still has its link, and the checkpoints and
-    the operation rows past the mark, aggregated in order, equal what the run wrote — so
-    none is missing, changed or added."""
-    tail = (
-        f"(%s = 0 OR EXISTS (SELECT 1 FROM {_CP} WHERE {_SUBJECT} AND seq = %s AND link = %s)) "
-        f"AND (SELECT jsonb_agg(jsonb_build_array({_CP_TEXT}) ORDER BY c.seq) FROM {_CP} c "
-        "WHERE c.subject_type = %s AND c.subject_id = %s AND c.seq > %s) = %s::jsonb "
-        f'AND (SELECT jsonb_agg(jsonb_build_array({_OP_TEXT}) ORDER BY o.key COLLATE "C") '
-        f"FROM {OP_TABLE} o "
-        "WHERE o.subject_type = %s AND o.subject_id = %s AND o.chain_seq > %s) = %s::jsonb"
-    )
-    return (
-        f"WITH ok AS (SELECT {tail} AS ok), "
-        f"up AS (UPDATE {OP_TABLE} SET state = %s, revision = %s, result_fp = %s, "
-        f"chain_seq = %s, updated_at = {dialect().now} WHERE key = %s AND state = %s "
-        f"AND revision = %s AND {fenced} AND NOT EXISTS (SELECT 1 FROM {INCIDENT_TABLE} "
-        f"WHERE {_SUBJECT} AND status = 'open') AND (SELECT ok FROM ok) RETURNING 1), "
-        f"cp AS ({_checkpoint_insert()} WHERE EXISTS (SELECT 1 FROM up) RETURNING 1) "
-        "SELECT EXISTS (SELECT 1 FROM up) AND EXISTS (SELECT 1 FROM cp)"
-    )

@@ -1,0 +1,74 @@
+"""A standalone call's statements are planned once per session (ADR 0049).
+
+Sent as prepared statements, the two statements of a standalone lifecycle (ADR 0040) were
+planned anew at every execution whenever the server's cost estimates favoured custom
+plans, and that planning was half the server's CPU per lifecycle. They are now the bodies
+of two functions that keep their generic plan. This test makes the server's worst choice
+for the session (``plan_cache_mode = force_custom_plan``: plan every prepared statement
+anew) and counts with ``pg_stat_statements`` how often each was planned. PostgreSQL only;
+the server ``make test`` starts preloads ``pg_stat_statements`` (``scripts/pg-server``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from recovery import api
+from recovery.testing import fingerprints
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LIFECYCLES = 12
+
+
+@pytest.fixture
+def counted():
+    """The session's statements counted by ``pg_stat_statements``, planning included,
+    nested ones too; every prepared statement planned anew unless told otherwise."""
+    if connection.vendor != "postgresql":
+        pytest.skip("plans are PostgreSQL's; SQLite has no standalone one-call path")
+    with connection.cursor() as cursor:
+        try:
+            with transaction.atomic():
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                cursor.execute("SELECT count(*) FROM pg_stat_statements")
+        except DatabaseError as exc:
+            pytest.skip(f"pg_stat_statements is not preloaded on this server: {exc}")
+        cursor.execute("SET pg_stat_statements.track = 'all'")
+        cursor.execute("SET pg_stat_statements.track_planning = on")
+        cursor.execute("SET plan_cache_mode = force_custom_plan")
+        cursor.execute("SELECT pg_stat_statements_reset()")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET plan_cache_mode")
+            cursor.execute("RESET pg_stat_statements.track_planning")
+            cursor.execute("RESET pg_stat_statements.track")
+
+
+def lifecycle(subject, fence, n: int) -> None:
+    fps = fingerprints({"n": n})
+    op = api.operation_record(
+        subject=subject, step_id=f"step-{n}", action="test.notify", recovery_mode="non_atomic",
+        nonce=f"{subject.id}:{n}", ordinal=0, fence=fence, **fps,
+    )  # fmt: skip
+    api.operation_observe(key=op.key, state="succeeded", fence=fence, result={"n": n})
+
+
+def test_a_standalone_lifecycles_writes_are_planned_once_per_session(counted, subject, fence):
+    for n in range(LIFECYCLES):
+        lifecycle(subject, fence, n)
+    assert api.chain_verify(subject).ok
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT query, calls, plans FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND query LIKE 'WITH ok AS%%' ORDER BY query"
+        )
+        writes = cursor.fetchall()
+    # The dispatch write and the success, each called once per lifecycle, each planned
+    # once although the session asks for a new plan at every execution.
+    assert [calls for _, calls, _ in writes] == [LIFECYCLES, LIFECYCLES], writes
+    assert [plans for _, _, plans in writes] == [1, 1], writes
