@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from .. import chain
 from ..chain import Head
-from ..db import dialect
+from ..db import dialect, one_call_steps
 from ..errors import (
     ChainBroken,
     ContradictoryObservation,
@@ -159,7 +159,6 @@ def transition(
         _require_own_lease(row, fence)
     seq = head.seq + 1
     revision = row["revision"] + 1
-    _compare_and_swap(cursor, row, target, revision, result_fp, seq, fence, subject)
     fact = {
         "operation": row["key"],
         "state": target,
@@ -167,7 +166,17 @@ def transition(
         "result_fp": result_fp,
         **fact_extra,
     }
-    chain.append(cursor, subject, head, kind, fact, projection_fp)
+    swap = _swap_sql(row, target, revision, result_fp, seq, fence, subject)
+    if one_call_steps():
+        # PostgreSQL: the compare-and-swap and its checkpoint in one statement (ADR 0050).
+        checkpoint = chain.prepare(subject, head, kind, fact, projection_fp)
+        if not _swap_and_append(cursor, swap, checkpoint):
+            raise _why_not(cursor, row, target, fence, subject)
+    else:
+        cursor.execute(*swap)
+        if cursor.rowcount != 1:
+            raise _why_not(cursor, row, target, fence, subject)
+        chain.append(cursor, subject, head, kind, fact, projection_fp)
     return RecordedOperation(
         key=row["key"],
         subject=subject,
@@ -179,8 +188,9 @@ def transition(
     )
 
 
-def _compare_and_swap(cursor, row, target, revision, result_fp, seq, fence, subject) -> None:
-    """The one conditional UPDATE of :func:`transition`; raises when it matched no row."""
+def _swap_sql(row, target, revision, result_fp, seq, fence, subject) -> tuple[str, list[Any]]:
+    """The one conditional UPDATE of :func:`transition` (the compare-and-swap on state and
+    revision, the fence when given, no open incident for a success), not run."""
     conditions = ["id = %s", "state = %s", "revision = %s"]
     params: list[Any] = [target, revision, result_fp, seq, row["id"], row["state"], row["revision"]]
     if fence is not None:
@@ -193,13 +203,30 @@ def _compare_and_swap(cursor, row, target, revision, result_fp, seq, fence, subj
             "subject_id = %s AND status = 'open')"
         )
         params += [subject.type, subject.id]
-    cursor.execute(
+    sql = (
         f"UPDATE {OP_TABLE} SET state = %s, revision = %s, result_fp = %s, chain_seq = %s, "
-        f"updated_at = {dialect().now} WHERE {' AND '.join(conditions)}",
-        params,
+        f"updated_at = {dialect().now} WHERE {' AND '.join(conditions)}"
     )
-    if cursor.rowcount != 1:
-        raise _why_not(cursor, row, target, fence, subject)
+    return sql, params
+
+
+def _swap_and_append(cursor, swap: tuple[str, list[Any]], checkpoint: chain.Prepared) -> bool:
+    """The compare-and-swap and the checkpoint after it as one statement; False when the
+    swap matched nothing (nothing written: the caller explains it as alone). A checkpoint
+    that lost its (subject, seq) position aborts the statement, swap and all, as
+    :class:`ChainConflict` (what :func:`chain.append` raises)."""
+    sql, params = swap
+    try:
+        cursor.execute(
+            f"WITH up AS ({sql} RETURNING 1), cp AS (INSERT INTO {chain.CHECKPOINT_TABLE} "
+            f"({chain.CHECKPOINT_COLUMNS}, recorded_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, "
+            f"%s, %s, {dialect().now} WHERE EXISTS (SELECT 1 FROM up) RETURNING 1) "
+            "SELECT count(*) FROM up",
+            [*params, *checkpoint.row()],
+        )
+    except IntegrityError as exc:
+        raise chain.conflict(checkpoint.subject, checkpoint.seq) from exc
+    return cursor.fetchone()[0] == 1
 
 
 def _require_own_lease(row: dict[str, Any], fence: Fence) -> None:

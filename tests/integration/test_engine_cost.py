@@ -111,8 +111,9 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # reads its operation, subject and chain in one (ADR 0035): one statement less each.
     alone = int(one_call)
     # On PostgreSQL the event's number and row are one statement, and so are step 5's
-    # move and the instance row (ADR 0044).
-    event, last = (1, 5) if one_call else (2, 6)
+    # move and the instance row (ADR 0044), and the observation's update and its
+    # checkpoint (ADR 0050).
+    event, last = (1, 4) if one_call else (2, 6)
     assert [len(c) for c in commits] == [3, 4 - alone, *[per_step] * 4, last + 2 + event - alone]
     for commit in commits[2:6]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
@@ -159,9 +160,9 @@ def test_an_atomic_step_commits_once(settings):
     # record operation (head, insert, checkpoint); the Note; observe (operation and
     # subject, checkpoints, update, checkpoint); token; next token; instance. On
     # PostgreSQL the insert and its checkpoint are one statement, and so are the
-    # observation's two reads (ADR 0035), and the token, the next token and the instance
-    # (ADR 0044; it was 9).
-    assert len(first) == (7 if connection.vendor == "postgresql" else 11), first
+    # observation's two reads (ADR 0035), its update and its checkpoint (ADR 0050), and
+    # the token, the next token and the instance (ADR 0044; it was 9).
+    assert len(first) == (6 if connection.vendor == "postgresql" else 11), first
 
 
 def transactions_of(queries: list[dict]) -> list[list[str]]:

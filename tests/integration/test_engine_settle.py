@@ -7,6 +7,7 @@ import pytest
 from govflow.engine.models import InstanceStatus, TokenState
 from recovery import api, chain
 from recovery.models import Operation
+from recovery.services import _ledger
 from tests.engine_helpers import token_of
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import effects
@@ -16,17 +17,27 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def conflicting(monkeypatch, kind: str, times: int) -> list[str]:
     """Make the next ``times`` appends of ``kind`` lose the chain's compare-and-swap, as if
-    another writer (a decision requested on another step) had appended first."""
-    real = chain.append
+    another writer (a decision requested on another step) had appended first: a checkpoint
+    appended alone (``chain.append``) or with its operation's move in one statement
+    (PostgreSQL, ADR 0050)."""
+    real_append, real_swap = chain.append, _ledger._swap_and_append
     lost = []
 
-    def append(cursor, subject, head, appended_kind, fact, *rest):
+    def lose(appended_kind: str) -> None:
         if appended_kind == kind and len(lost) < times:
             lost.append(appended_kind)
             raise api.ChainConflict("another writer appended first")
-        return real(cursor, subject, head, appended_kind, fact, *rest)
+
+    def append(cursor, subject, head, appended_kind, fact, *rest):
+        lose(appended_kind)
+        return real_append(cursor, subject, head, appended_kind, fact, *rest)
+
+    def swap_and_append(cursor, swap, checkpoint):
+        lose(checkpoint.kind)
+        return real_swap(cursor, swap, checkpoint)
 
     monkeypatch.setattr(chain, "append", append)
+    monkeypatch.setattr(_ledger, "_swap_and_append", swap_and_append)
     return lost
 
 
