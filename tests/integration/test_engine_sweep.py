@@ -399,8 +399,13 @@ def test_the_sweeper_renews_its_lease_once_a_quarter_of_it_has_passed(monkeypatc
         sweep, "lease_renew", lambda **kw: renewed.append(time.monotonic()) or real(**kw)
     )
     sweeper = Sweeper(holder="cluster-main")
+    began = time.monotonic()
     stats = sweeper.run(duration=1.6)
-    assert stats["passes"] >= 8, stats
-    assert 3 <= len(renewed) <= 7, (len(renewed), stats["passes"])
-    assert all(b - a >= 0.5 for a, b in itertools.pairwise(renewed))
+    elapsed = time.monotonic() - began
+    # The rule, whatever the machine's speed: renewed (at least once in 1.6 s of a 2 s
+    # lease), never twice within a quarter of the lease, so not at every pass.
+    assert renewed, stats
+    assert all(b - a >= 0.5 for a, b in itertools.pairwise(renewed)), renewed
+    assert len(renewed) <= elapsed / 0.5 + 1, (len(renewed), elapsed)
+    assert len(renewed) < stats["passes"], (len(renewed), stats["passes"])
     assert Lease.objects.get(key=SWEEPER).holder is None, "released at the end"
