@@ -27,8 +27,8 @@ from recovery.services.step_call import _CHECKPOINT_READ
 from recovery.subjects import LEDGER_WATERMARK as LEDGER_WIDE
 
 # What each captured statement must start with, in order (two transactions).
-# On PostgreSQL the dispatch write's two inserts are one statement, and a success's reads
-# one (ADR 0035).
+# On PostgreSQL the dispatch write's two inserts are one statement, a success's reads one
+# (ADR 0035), and its update and checkpoint one (ADR 0050).
 SHAPE = (
     (
         "SELECT seq, link FROM recovery_checkpoint",
@@ -36,8 +36,7 @@ SHAPE = (
     ),
     (
         "SELECT 0 AS part",
-        "UPDATE recovery_operation",
-        "INSERT INTO recovery_checkpoint",
+        "WITH up AS (UPDATE recovery_operation",
     ),
 )
 
@@ -160,7 +159,7 @@ def lifecycle_runner(
     conn: psycopg.Connection, sql: list[str], log: list | None = None
 ) -> Callable[[Prepared], None]:
     """Return a function that runs one lifecycle with the captured statements."""
-    head_sql, insert_both, load_all, update_op, insert_cp = sql
+    head_sql, insert_both, load_all, observe_both = sql
     width = 1 + len(_CHECKPOINT_READ) + len(chain.OP_COLUMNS)  # where the ROW columns start
     at = {name: width + i for i, name in enumerate(ROW)}
     i_id, i_key, i_state, i_revision = at["id"], at["key"], at["state"], at["revision"]
@@ -223,8 +222,9 @@ def lifecycle_runner(
             mine = next(row for row in rows if row[0] == 1 and row[i_key] == p.key)
             last = [row for row in rows if row[0] == 0][-1]
             seq, prev = last[1] + 1, last[6]
+            fact, fact_fp, link = p.observed
             execute(
-                update_op,
+                observe_both,
                 [
                     "succeeded",
                     mine[i_revision] + 1,
@@ -238,15 +238,12 @@ def lifecycle_runner(
                     fence.fence,
                     st,
                     sid,
+                    # its checkpoint, in the same statement
+                    *(st, sid, seq, "operation.observed", fact, fact_fp, prev, link, key_id, ""),
                 ],
             )
-            if cur.rowcount != 1:
+            if cur.fetchone() != (1,):
                 raise RuntimeError(f"baseline: operation {p.key} did not move")
-            fact, fact_fp, link = p.observed
-            execute(
-                insert_cp,
-                [st, sid, seq, "operation.observed", fact, fact_fp, prev, link, key_id, ""],
-            )
 
     return one
 

@@ -137,9 +137,9 @@ def show_baseline(variants: list, wire) -> dict:
     import baseline
 
     n = len(baseline.SHAPE[0]) + len(baseline.SHAPE[1])
-    say(f"Raw psycopg baseline: the {n} statements of the transaction path (ADR 0035: SQL text")
-    say("captured inside recovery.api.transactions_only(), same parameter shapes: checked), in")
-    say("2 transactions, without Django, keys, facts and links computed before timing: what the")
+    say(f"Raw psycopg baseline: the {n} statements of the transaction path (ADR 0035, 0050: SQL")
+    say("text captured inside recovery.api.transactions_only(), same parameter shapes: checked),")
+    say("in 2 transactions, without Django, keys, facts and links computed before timing: what the")
     say("database and the driver allow from Python for the lifecycle as it was before ADR 0040")
     rows = []
     for v in variants:
