@@ -194,6 +194,14 @@ def test_a_claimed_run_needs_no_commit_after_the_one_that_ended_it():
     assert len(commits) == 6, [len(c) for c in commits]
     assert "recovery_lease" in commits[0][0] and "fence = fence + 1" in commits[0][0]
     assert sum(kind(sql) == "DISPATCH" for sql in commits[0]) == 1
+    if connection.vendor == "postgresql":
+        # The start node's move rides in the statement of the new step and the instance
+        # row (ADR 0044), as a step's success does: no statement of its own.
+        alone = [
+            s for s in commits[0] if s.startswith('UPDATE "engine_token"') and "'completed'" in s
+        ]
+        assert not alone, alone
+        assert any(s.startswith("WITH move_0 AS") and "new_step" in s for s in commits[0])
     assert any("runnable_at" in sql for sql in commits[-1])
     assert not Instance.objects.filter(pk=instance.pk, runnable_at__isnull=False).exists()
     assert instances_claim(holder="pusher-1", limit=1, ttl=30) == []

@@ -77,7 +77,9 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> Next:
             # start or timer node writes nothing, so it cannot clobber a variable named like it.
             if token.payload is not None:
                 run.apply_output(token.node_id, node.get("output"), token.payload)
-            run.update_token(token, TokenState.READY, state=TokenState.COMPLETED)
+            # The move rides in the flush's statement with the next step and the instance
+            # (ADR 0044), as a step's success does.
+            run.update_token(token, TokenState.READY, later=True, state=TokenState.COMPLETED)
             run.active.pop(token.pk, None)
             leave_or_block(run, token)
             next_step = dispatch_next(run)
