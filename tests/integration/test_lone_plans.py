@@ -1,11 +1,13 @@
-"""A standalone call's statements are planned once per session (ADR 0049).
+"""The ledger's server-side statements are planned once per session (ADR 0049).
 
 Sent as prepared statements, the two statements of a standalone lifecycle (ADR 0040) were
 planned anew at every execution whenever the server's cost estimates favoured custom
 plans, and that planning was half the server's CPU per lifecycle. They are now the bodies
 of two functions that keep their generic plan. This test makes the server's worst choice
 for the session (``plan_cache_mode = force_custom_plan``: plan every prepared statement
-anew) and counts with ``pg_stat_statements`` how often each was planned. PostgreSQL only;
+anew) and counts with ``pg_stat_statements`` how often each was planned; the same for the
+statements inside ``recovery_observe_record``, a chained step's ledger call (ADR 0031).
+PostgreSQL only;
 the server ``make test`` starts preloads ``pg_stat_statements`` (``scripts/pg-server``).
 """
 
@@ -14,8 +16,11 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from govflow.engine.models import InstanceStatus
+from govflow.engine.services.runtime import instance_run
 from recovery import api
 from recovery.testing import fingerprints
+from tests.flows import action, linear, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,3 +77,21 @@ def test_a_standalone_lifecycles_writes_are_planned_once_per_session(counted, su
     # once although the session asks for a new plan at every execution.
     assert [calls for _, calls, _ in writes] == [LIFECYCLES, LIFECYCLES], writes
     assert [plans for _, _, plans in writes] == [1, 1], writes
+
+
+def test_a_chained_steps_ledger_call_is_planned_once_per_session(counted):
+    for _ in range(3):
+        instance = start(linear(*(action(f"s{i}") for i in range(1, 6))))
+        report = instance_run(instance_id=instance.pk)
+        assert report.status == InstanceStatus.COMPLETED, report
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT query, calls, plans FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND NOT toplevel AND query LIKE '%%p\\_%%' ORDER BY query"
+        )
+        inside = cursor.fetchall()
+    # Its statements (they name its p_ parameters), each run once per chained step: 4
+    # chained steps in each of 3 instances, each planned once.
+    assert inside and all(calls >= 12 for _, calls, _ in inside), inside
+    assert all(plans <= 1 for _, _, plans in inside), inside
