@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 GENESIS_LINK = "0" * 64
 
@@ -223,13 +223,14 @@ def rows_as(model, rows: Iterable[Sequence], extras: Sequence[str] = ()) -> list
     query and column map at every call. Each extra column is set as the attribute named
     in ``extras``, unconverted.
     """
+    db = connections[DEFAULT_DB_ALIAS]  # looked up once, not once per column and value
     fields = model._meta.concrete_fields
     names = [field.attname for field in fields]
     cols = [field.get_col(model._meta.db_table) for field in fields]
     converters = [
         (index, col, convs)
         for index, (field, col) in enumerate(zip(fields, cols, strict=True))
-        if (convs := connection.ops.get_db_converters(col) + field.get_db_converters(connection))
+        if (convs := db.ops.get_db_converters(col) + field.get_db_converters(db))
     ]
     width = len(fields)
     objects = []
@@ -237,8 +238,8 @@ def rows_as(model, rows: Iterable[Sequence], extras: Sequence[str] = ()) -> list
         values = list(row[:width])
         for index, col, convs in converters:
             for convert in convs:
-                values[index] = convert(values[index], col, connection)
-        obj = model.from_db(connection.alias, names, values)
+                values[index] = convert(values[index], col, db)
+        obj = model.from_db(db.alias, names, values)
         for name, value in zip(extras, row[width:], strict=True):
             setattr(obj, name, value)
         objects.append(obj)

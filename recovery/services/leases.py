@@ -23,7 +23,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
@@ -322,16 +322,19 @@ def fenced_row_sql(
     Values are plain field values or ``Now()`` (the database clock). The text is built
     once per shape of call (:func:`_update_sql`); only the parameters are made each time.
     """
+    # The connection itself, looked up once: Django's field code asks the connection
+    # several questions per value, each a thread-local look-up through the proxy.
+    db = connections[DEFAULT_DB_ALIAS]
     shape = tuple((name, isinstance(value, Now)) for name, value in values.items())
-    sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), _vendor())
+    sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), db.vendor)
     params = [
-        field.get_db_prep_save(value, connection)
+        field.get_db_prep_save(value, db)
         for field, value in zip(assigned, values.values(), strict=True)
         if field is not None
     ]
-    params.append(pk_field.get_db_prep_value(pk, connection))
+    params.append(pk_field.get_db_prep_value(pk, db))
     params += [
-        field.get_db_prep_value(value, connection)
+        field.get_db_prep_value(value, db)
         for field, value in zip(expected, (expect or {}).values(), strict=True)
     ]
     return sql, [*params, *fence_condition(fence)[1]]
@@ -342,10 +345,6 @@ def fenced_row_stale(fence: Fence) -> StaleFence | None:
     if Lease.objects.filter(_live(fence)).exists():
         return None
     return _stale(fence, "write")
-
-
-def _vendor() -> str:
-    return connection.vendor
 
 
 @functools.lru_cache(maxsize=256)

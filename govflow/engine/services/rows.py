@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 from django.db.models.functions import Now
 
@@ -77,12 +77,13 @@ def insert_sql(obj: Model) -> tuple[str, list[Any]]:
     )
     if any(hasattr(v, "resolve_expression") for v, k in zip(values, shape, strict=True) if not k):
         raise TypeError(f"insert_sql: {meta.label} holds an expression; use the ORM")
+    db = connections[DEFAULT_DB_ALIAS]  # looked up once: the fields ask it per value
     params = [
-        field.get_db_prep_save(value, connection)
+        field.get_db_prep_save(value, db)
         for field, value, kind in zip(meta.concrete_fields, values, shape, strict=True)
         if not kind
     ]
-    return _insert_text(type(obj), shape, connection.vendor), params
+    return _insert_text(type(obj), shape, db.vendor), params
 
 
 @functools.lru_cache(maxsize=16)
