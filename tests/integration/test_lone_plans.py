@@ -7,6 +7,11 @@ of two functions that keep their generic plan. This test makes the server's wors
 for the session (``plan_cache_mode = force_custom_plan``: plan every prepared statement
 anew) and counts with ``pg_stat_statements`` how often each was planned; the same for the
 statements inside ``recovery_observe_record``, a chained step's ledger call (ADR 0031).
+
+"Once" allows a rebuild or two: PostgreSQL drops a cached plan when the statistics of a
+table it reads change (autovacuum's ``ANALYZE`` of ``recovery_checkpoint`` after the tests
+before this one), which no test controls. What is refused is planning at every execution,
+which is what the server's worst choice gave before the functions: as many plans as calls.
 PostgreSQL only;
 the server ``make test`` starts preloads ``pg_stat_statements`` (``scripts/pg-server``).
 """
@@ -24,7 +29,9 @@ from tests.flows import action, linear, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LIFECYCLES = 12
+LIFECYCLES = 24
+INSTANCES = 6  # of 5 steps: 4 chained steps each
+REBUILDS = 2  # a cached plan dropped by a change of statistics, at most this often
 
 
 @pytest.fixture
@@ -74,13 +81,14 @@ def test_a_standalone_lifecycles_writes_are_planned_once_per_session(counted, su
         )
         writes = cursor.fetchall()
     # The dispatch write and the success, each called once per lifecycle, each planned
-    # once although the session asks for a new plan at every execution.
+    # once (or rebuilt after a change of statistics) although the session asks for a new
+    # plan at every execution.
     assert [calls for _, calls, _ in writes] == [LIFECYCLES, LIFECYCLES], writes
-    assert [plans for _, _, plans in writes] == [1, 1], writes
+    assert all(1 <= plans <= 1 + REBUILDS for _, _, plans in writes), writes
 
 
 def test_a_chained_steps_ledger_call_is_planned_once_per_session(counted):
-    for _ in range(3):
+    for _ in range(INSTANCES):
         instance = start(linear(*(action(f"s{i}") for i in range(1, 6))))
         report = instance_run(instance_id=instance.pk)
         assert report.status == InstanceStatus.COMPLETED, report
@@ -92,6 +100,7 @@ def test_a_chained_steps_ledger_call_is_planned_once_per_session(counted):
         )
         inside = cursor.fetchall()
     # Its statements (they name its p_ parameters), each run once per chained step: 4
-    # chained steps in each of 3 instances, each planned once.
-    assert inside and all(calls >= 12 for _, calls, _ in inside), inside
-    assert all(plans <= 1 for _, _, plans in inside), inside
+    # chained steps in each instance, each planned once (or rebuilt after a change of
+    # statistics); planned at every call, they would show as many plans as calls.
+    assert inside and all(calls >= 4 * INSTANCES for _, calls, _ in inside), inside
+    assert all(plans <= 1 + REBUILDS for _, _, plans in inside), inside
