@@ -23,7 +23,7 @@ from recovery.api import operation_key as derive_key
 from recovery.keys import chain_keys
 from recovery.services._ledger import ROW
 from recovery.services.dispatch_write import _BLOCKING as BLOCKING
-from recovery.services.step_call import _CHECKPOINT_READ
+from recovery.services.step_parts import _CHECKPOINT_READ
 from recovery.subjects import LEDGER_WATERMARK as LEDGER_WIDE
 
 # What each captured statement must start with, in order (two transactions).

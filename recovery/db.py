@@ -100,6 +100,47 @@ def transactions_only() -> Iterator[None]:
         _TRANSACTIONS_ONLY.reset(token)
 
 
+def untouched() -> bool:
+    """Whether the caller's open transaction has sent nothing to the server yet.
+
+    On PostgreSQL psycopg begins a transaction lazily, with its first statement, and ends
+    one that never began without a round trip: such a transaction may send its one and
+    only statement alone, in autocommit (:func:`sent_alone`). False elsewhere, outside a
+    transaction, under :func:`transactions_only`, and once anything was sent.
+    """
+    if not lone_calls():
+        return False
+    db = connections[DEFAULT_DB_ALIAS]
+    raw = db.connection
+    if not db.in_atomic_block or raw is None or db.needs_rollback:
+        return False
+    from psycopg.pq import TransactionStatus
+
+    return raw.pgconn.transaction_status == TransactionStatus.IDLE and not raw.autocommit
+
+
+@contextmanager
+def sent_alone() -> Iterator[None]:
+    """Send the statement made in this block in autocommit: its own server transaction.
+
+    For the one statement of a caller's transaction that sent nothing before it
+    (:func:`untouched`) and sends nothing after it: the caller's ``COMMIT`` then finds no
+    transaction at the server and psycopg sends none, so the commit costs one round trip,
+    not three. The statement is all or nothing by itself; if it fails, nothing of it was
+    written and the caller's transaction is still untouched.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    raw = db.connection
+    raw.autocommit = True
+    try:
+        yield
+    finally:
+        try:
+            raw.autocommit = False
+        except Exception:  # the connection broke: never let a later statement autocommit
+            db.close()
+
+
 _DIALECTS: dict[str, Dialect] = {}
 
 

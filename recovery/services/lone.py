@@ -140,7 +140,7 @@ def observe_alone(
     fact = {"operation": key, "state": state, "revision": revision, "result_fp": result_fp}
     fact |= fact_extra
     checkpoint = chain.prepare(subject, Head(*mark.head), "operation.observed", fact, projection_fp)
-    params = [*_tail_params(mark), key, op["state"], op["revision"], state, revision]
+    params = [*tail_params(mark), key, op["state"], op["revision"], state, revision]
     params += [result_fp, fence.key, fence.holder, fence.fence]
     if not _run(_SUCCESS, [*params, *checkpoint.row()[2:]]):
         chain.mark_forget_written(fence)
@@ -150,7 +150,7 @@ def observe_alone(
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp)
 
 
-def _tail_params(mark) -> list[Any]:
+def tail_params(mark) -> list[Any]:
     """The first parameters of ``recovery_lone_success``: the subject, the mark's
     checkpoint, then every checkpoint and every operation row past the mark as the run
     wrote them (each row an array of texts, in the order the function aggregates them),

@@ -253,7 +253,7 @@ def _success_reads(cursor, key: str, since: int | None = None):
     if one_call_steps():
         # The one-call step's own read (ADR 0031), shared; imported here because
         # step_call builds on this module.
-        from .step_call import _load_for_success
+        from .step_parts import _load_for_success
 
         return _load_for_success(cursor, key, since)
     row, subject_rows = load_with_subject(cursor, key, since=since)

@@ -24,6 +24,17 @@ The caller's own rows may go in front of the call, in its statement (``first``,
 every part matched, and a part that matched nothing is raised as its own write alone would
 raise it (ADR 0031 for one row, 0047 for the engine's whole step rows).
 
+A run's later chained steps skip step 1's read (ADR 0051): once a chained step's commit
+is made, the run's mark remembers the two checkpoints it wrote (``step_parts._remember``),
+and the next call is ``recovery_tail_observe_record`` (migration 0018), which first checks
+that the stored rows past the mark are exactly the ones the run wrote — what reading and
+replaying them would verify — and otherwise writes nothing of the ledger's and answers
+``'tail'``: the step then reads and verifies as above, in the same transaction. When the
+caller writes nothing after the call (``last``) and nothing was sent in its transaction
+before it, that statement is sent alone in autocommit as the whole commit, its refusals
+aborting it (``recovery_all_written``); a refusal there is made again in the transaction,
+where it is explained as always.
+
 Every error raised by :func:`operation_observe_record` carries ``ledger_write``:
 ``"observe"`` when step k's observation was refused, ``"record"`` when only step k+1's
 dispatch was. Elsewhere (SQLite, or inside :func:`recovery.db.multi_statement`) it is
@@ -40,18 +51,15 @@ from django.db import connection
 
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
-from ..db import atomic, one_call_steps
-from ..errors import OperationNotFound, RecoveryError, RecoveryValidationError
-from ..keys import operation_key
-from ..states import OBSERVABLE, OperationState
-from ..subjects import LEDGER_WATERMARK, Subject
+from ..chain import Head
+from ..db import atomic, one_call_steps, untouched
+from ..errors import RecoveryError, RecoveryValidationError
+from ..states import OBSERVABLE, can_transition
+from ..subjects import Subject
 from ._ledger import (
-    OP_TABLE,
-    ROW,
     SUCCESS,
     RecordedOperation,
     _require_own_lease,
-    _why_not,
     check_target,
     load_row,
     marked_since,
@@ -59,16 +67,19 @@ from ._ledger import (
     require_live,
     verified_head,
 )
-from .dispatch_write import _BLOCKING, _RECORDED
-from .dispatch_write import why_not_recorded as _why_not_recorded
 from .first_writes import FirstWrites, RowWrite
 from .leases import Fence
-from .operations import (
-    _check_record,
-    _recorded_fact,
-    _unchanged,
-    operation_observe,
-    operation_record,
+from .lone import tail_params
+from .operations import _unchanged, operation_observe, operation_record
+from .step_parts import (
+    _execute,
+    _explained,
+    _load_for_success,
+    _next_prepared,
+    _observed_fact,
+    _recorded_arguments,
+    _remember,
+    _tagged,
 )
 
 __all__ = ["FirstWrites", "Observation", "RowWrite", "operation_observe_record"]
@@ -97,18 +108,13 @@ class Observation:
         )
 
 
-def _tagged(exc: BaseException, part: str) -> BaseException:
-    if isinstance(exc, RecoveryError) and not hasattr(exc, "ledger_write"):
-        exc.ledger_write = part  # type: ignore[attr-defined]
-    return exc
-
-
 def operation_observe_record(
     *,
     observation: Observation,
     record: dict[str, Any],
     projection_fp: str = "",
     first: FirstWrites | None = None,
+    last: bool = False,
 ) -> tuple[RecordedOperation, RecordedOperation]:
     """Observe one operation and record the next in the caller's transaction.
 
@@ -119,11 +125,23 @@ def operation_observe_record(
     ``observation.write()`` and ``operation_record(**record, projection_fp=projection_fp)``
     one after the other, all or nothing, with the same errors (the ledger's tagged with
     ``ledger_write``); on PostgreSQL the writes are one server call.
+
+    ``last``: the caller's transaction writes nothing after this call. When it has sent
+    nothing before it either and the call needs no read, the call is sent alone in
+    autocommit (ADR 0051): the caller's commit is then this one statement.
     """
     joinable = record["fence"] == observation.fence and not record.get("compensation")
     if not (one_call_steps() and joinable):
         return _separately(observation, record, projection_fp, first)
     with opening_incidents(), atomic(), connection.cursor() as cursor:
+        known = _tail_known(observation, record)
+        if known is not None:
+            alone = last and untouched()
+            done, first = _call_tail(
+                cursor, observation, known, record, projection_fp, first, alone=alone
+            )
+            if done is not None:
+                return done
         try:
             loaded = _observation_prepared(cursor, observation)
         except RecoveryError as exc:
@@ -195,16 +213,9 @@ def _observation_prepared(cursor, observation: Observation):
     else:
         head = chain.read_head(cursor, subject)
     _require_own_lease(row, observation.fence)
-    fact = {
-        "operation": row["key"],
-        "state": state,
-        "revision": row["revision"] + 1,
-        "result_fp": result_fp,
-        "by_fence": observation.fence.fence,
-        **({"by": observation.by} if observation.by else {}),
-    }
+    fact = _observed_fact(observation, state, row["revision"] + 1, result_fp)
     prepared = chain.prepare(subject, head, "operation.observed", fact, observation.projection_fp)
-    return row, prepared, (state, result_fp)
+    return row, prepared, (state, result_fp, fact)
 
 
 _CALL = (
@@ -217,136 +228,101 @@ _CALL = (
 def _call(cursor, observation, loaded, record, projection_fp, first):
     """Step k+1's operation and checkpoint prepared, then the one call (needs the
     caller's transaction: a refused write is explained, then rolled back with it)."""
-    row, observed, (state, result_fp) = loaded
+    row, observed, (state, result_fp, observed_fact) = loaded
     fence: Fence = observation.fence
     subject: Subject = observed.subject
-    try:
-        key, values, fact = _record_prepared(record, fence)
-    except RecoveryError as exc:
-        raise _tagged(exc, "record") from None
-    recorded = chain.prepare(subject, observed.head, "operation.recorded", fact, projection_fp)
+    key, values, fact, recorded = _next_prepared(record, fence, observed, projection_fp)
     observe = [row["id"], row["state"], row["revision"], state, result_fp, state in SUCCESS]
-    dispatch = [key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]]
     arguments = [
         *(subject.type, subject.id, observed.seq - 1, observed.prev_link),
         *(fence.key, fence.holder, fence.fence),
         *observe,
-        *dispatch,
-        *(list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id),
-        *observed.row()[3:6],
-        *(observed.link, observed.projection_fp),
-        *recorded.row()[3:6],
-        *(recorded.link, recorded.projection_fp),
+        *_recorded_arguments(record, key, values, observed, recorded),
     ]
-    sql, params = _CALL, []
-    if first is not None:
-        # The caller's rows first, in the same statement: the call runs only if they all
-        # matched; what each matched comes back beside the call's answer.
-        parts, params, results, matched = first.parts(fence)
-        sql = (
-            f"WITH {', '.join(parts)} SELECT CASE WHEN {matched} THEN "
-            f"({_CALL.removeprefix('SELECT ')}) ELSE 'row' END, {', '.join(results)}"
-        )
-    cursor.execute(sql, [*params, *arguments])
-    refused, *took = cursor.fetchone()
-    if first is not None:
-        first.took(fence, took)  # a part that matched nothing is raised as alone
-        if refused == "row":  # nothing refused, one part merely matched no row: as alone
-            return _call(cursor, observation, loaded, record, projection_fp, None)
+    refused = _execute(cursor, _CALL, arguments, first, fence)
+    if refused == "row":  # nothing refused, one part merely matched no row: as alone
+        return _call(cursor, observation, loaded, record, projection_fp, None)
     if refused:
         raise _explained(cursor, refused, row, state, observed, (key, values), fence)
+    _remember(fence, None, [(observed, observed_fact), (recorded, fact)])
     return (
         RecordedOperation(row["key"], subject, state, row["revision"] + 1, observed.seq, result_fp),
         RecordedOperation(key, subject, values["state"], 1, recorded.seq),
     )
 
 
-def _explained(cursor, refused, row, state, observed, dispatched, fence) -> Exception:
-    """Why the call wrote nothing (failure path only): the separate writes' own answers."""
-    subject = observed.subject
-    if refused == "record":
-        key, values = dispatched
-        why = _why_not_recorded(cursor, key, subject, values["idempotency_fp"], fence)
-        return _tagged(why, "record")
-    if refused == "observe":
-        return _tagged(_why_not(cursor, row, state, fence, subject), "observe")
-    # 'head' or 'chain': someone appended to the chain first
-    return _tagged(chain.conflict(subject, observed.seq), "observe")
+def _tail_known(observation: Observation, record: dict[str, Any]):
+    """The run's mark and step k's operation as the run wrote them, when the call may
+    check the tail instead of reading it (ADR 0051): the run wrote step k's operation after
+    its mark, under this lease, and the observation is a move it allows. Else None."""
+    mark = chain.mark_peek(observation.fence)
+    if mark is None or not mark.written or mark.subject != record["subject"]:
+        return None
+    op = mark.touched.get(observation.key)
+    state = observation.state
+    if (
+        op is None
+        or state not in OBSERVABLE
+        or op["lease"] != observation.fence.key
+        or op["state"] == state
+        or not can_transition(op["state"], state)
+    ):
+        return None
+    return mark, op
 
 
-def _record_prepared(record: dict[str, Any], fence: Fence):
-    """What :func:`operation_record` checks and derives before its insert (no database)."""
-    fps = {name: record[name] for name in _RECORDED if name.endswith("_fp")}
-    state = str(record.get("state", OperationState.DISPATCHED))
-    mode = str(record["recovery_mode"])
-    _check_record(fps, mode, state, record["ordinal"])
-    key = operation_key(
-        definition_fp=record["definition_fp"],
-        step_id=record["step_id"],
-        action=record["action"],
-        input_fp=record["input_fp"],
-        nonce=record["nonce"],
-    )
-    values = {
-        "step_id": record["step_id"],
-        "action": record["action"],
-        "recovery_mode": mode,
-        **fps,
-        "state": state,
-    }
-    return key, values, _recorded_fact(key, state, values, fence, record["ordinal"])
-
-
-_CHECKPOINT_READ = (
-    "seq",
-    "kind",
-    "fact",
-    "fact_fp",
-    "prev_link",
-    "link",
-    "key_id",
-    "projection_fp",
+_CALL_TAIL = (
+    "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, "
+    "%s, %s::bigint, %s, %s, %s::integer, %s, %s, %s::boolean, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s, %s::integer, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
-def _load_for_success(cursor, key: str, since: int | None = None):
-    """The operation, its subject's operations and its subject's chain: one statement.
+def _call_tail(cursor, observation, known, record, projection_fp, first, *, alone=False):
+    """The one call without reading the chain: it checks that the stored rows past the
+    run's mark are the ones the run wrote (migration 0018, ADR 0051), then writes as
+    :func:`_call`. Returns the two operations and None, or None and the caller's rows
+    still to write (``first``, or None once they are written) when the tail was not as
+    written: the caller then reads and verifies as before, in the same transaction.
 
-    What ``load_with_subject`` and ``load_checkpoints`` read for a success's verification,
-    in one round trip: checkpoints first (in ``seq`` order), then operations, padded with
-    NULLs to one row shape. With ``since`` (the run's verified mark, ADR 0034): the
-    checkpoints from it on, the operations past it and the operation itself.
-    """
-    mine = [f"k.{c}" for c in ROW]
-    ops = [f"o.{c}" for c in chain.OP_COLUMNS]
-    width = len(_CHECKPOINT_READ)
-    nulls = ", ".join("NULL" for _ in range(len(ops) + len(mine)))
-    blanks = ", ".join("NULL" for _ in range(width))
-    tail = "" if since is None else " AND c.seq >= %s"
-    sql = (
-        f"SELECT 0 AS part, {', '.join(f'c.{c}' for c in _CHECKPOINT_READ)}, {nulls} "
-        f"FROM {chain.CHECKPOINT_TABLE} c JOIN {OP_TABLE} k ON c.subject_type = k.subject_type "
-        f"AND c.subject_id = k.subject_id WHERE k.key = %s{tail} "
-        f"UNION ALL SELECT 1, {blanks}, {', '.join(ops + mine)} "
-        f"FROM {OP_TABLE} o JOIN {OP_TABLE} k ON o.subject_type = k.subject_type "
-        f"AND o.subject_id = k.subject_id WHERE k.key = %s"
+    ``alone``: sent in autocommit, as the caller's whole commit (:func:`_execute`). A
+    refusal there wrote nothing: the tail not as written goes to the read with the
+    caller's rows still to write, any other refusal is made again in the transaction,
+    where it is explained as always."""
+    mark, op = known
+    fence: Fence = observation.fence
+    subject: Subject = mark.subject
+    state = str(observation.state)
+    result = observation.result
+    result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
+    revision = op["revision"] + 1
+    observed_fact = _observed_fact(observation, state, revision, result_fp)
+    observed = chain.prepare(
+        subject, Head(*mark.head), "operation.observed", observed_fact, observation.projection_fp
     )
-    params = [key, key]
-    if since is not None:
-        # Past the mark by the (subject, chain_seq) index, and the operation itself: two
-        # parts, so neither reads the subject's older operations.
-        k_ops = [f"k.{c}" for c in chain.OP_COLUMNS]
-        sql += (
-            f" AND o.chain_seq > %s UNION ALL SELECT 1, {blanks}, {', '.join(k_ops + mine)} "
-            f"FROM {OP_TABLE} k WHERE k.key = %s AND k.chain_seq <= %s"
-        )
-        params = [key, since, key, since, key, since]
-    cursor.execute(f"{sql} ORDER BY 1, 2", params)
-    rows = cursor.fetchall()
-    checkpoints = [r[1 : 1 + width] for r in rows if r[0] == 0]
-    operations = [r[1 + width :] for r in rows if r[0] == 1]
-    n = len(chain.OP_COLUMNS)
-    row = next((r for r in operations if r[0] == key), None)
-    if row is None:
-        raise OperationNotFound(f"No ledger operation has key {key!r}.")
-    return dict(zip(ROW, row[n:], strict=True)), [r[:n] for r in operations], checkpoints
+    key, values, fact, recorded = _next_prepared(record, fence, observed, projection_fp)
+    arguments = [
+        *tail_params(mark),
+        *(observed.seq - 1, observed.prev_link),
+        *(fence.key, fence.holder, fence.fence),
+        *(observation.key, op["state"], op["revision"], state, result_fp, state in SUCCESS),
+        *_recorded_arguments(record, key, values, observed, recorded),
+    ]
+    refused = _execute(cursor, _CALL_TAIL, arguments, first, fence, alone)
+    if alone and refused:
+        if refused == "tail":
+            chain.mark_forget_written(fence)  # not as written: read and verify instead
+            return None, first
+        return _call_tail(cursor, observation, known, record, projection_fp, first)
+    if refused in ("tail", "row"):
+        if refused == "tail":
+            chain.mark_forget_written(fence)  # not as written: read and verify instead
+        return None, None
+    if refused:
+        row = {"key": observation.key, "state": op["state"], "revision": op["revision"]}
+        raise _explained(cursor, refused, row, state, observed, (key, values), fence)
+    _remember(fence, mark, [(observed, observed_fact), (recorded, fact)])
+    return (
+        RecordedOperation(observation.key, subject, state, revision, observed.seq, result_fp),
+        RecordedOperation(key, subject, values["state"], 1, recorded.seq),
+    ), None

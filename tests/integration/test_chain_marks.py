@@ -16,6 +16,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from govflow.engine.models import InstanceStatus
 from recovery import api
@@ -83,8 +84,11 @@ def test_a_runs_later_successes_verify_only_the_checkpoints_after_its_mark(
     verified.clear()
     step(subject, fence, op)
     # The previous step's two checkpoints (its observation, this step's dispatch):
-    # the same two whatever the chain's length.
-    assert verified == [2 * length, 2 * length + 1]
+    # the same two whatever the chain's length. On PostgreSQL's one call the run knows
+    # them as it wrote them, and the call checks them in the server (ADR 0051): none is
+    # replayed here.
+    in_call = path == "one_call" and connection.vendor == "postgresql"
+    assert verified == ([] if in_call else [2 * length, 2 * length + 1])
     fence = next_run(subject, fence)
     op = Operation.objects.filter(subject_id=subject.id, state="dispatched").get()
     verified.clear()

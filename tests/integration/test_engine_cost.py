@@ -3,15 +3,18 @@ r"""What one step costs the database: a regression guard on statements and commi
 A non-atomic step, once steps follow each other, is one commit that records step k's
 outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its statements:
 
-    -- on PostgreSQL (ADR 0031, 0044, 0047) --
+    -- on PostgreSQL (ADR 0031, 0044, 0047, 0051) --
     SELECT   the subject's checkpoints and operations, the operation among them (one
-             statement; I7: the chain is verified in Python before a success)
+             statement; I7: the chain is verified in Python before a success) -- only
+             at a run's first chained step: later ones check inside their call that
+             the rows past the run's mark are the ones it wrote (ADR 0051)
     WITH     token k -> completed (fenced), token k+1 inserted already executing, the
              instance (fenced): data-modifying WITH parts, each refused as alone;
-             SELECT recovery_observe_record(...) only if they all matched: the chain
-             head checked, operation k -> succeeded (fenced compare-and-swap), its
-             checkpoint, operation k+1 dispatched (fenced, no open incident, no unsettled
-             operation of the effect), its checkpoint: one statement
+             SELECT recovery_[tail_]observe_record(...) only if they all matched: the
+             tail or the chain head checked, operation k -> succeeded (fenced
+             compare-and-swap), its checkpoint, operation k+1 dispatched (fenced, no open
+             incident, no unsettled operation of the effect), its checkpoint: one
+             statement
     -- on SQLite (or inside separate_rows() and recovery.api.multi_statement()) --
     UPDATE   token k -> completed (fenced)
     INSERT   token k+1
@@ -25,7 +28,8 @@ outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its stat
     INSERT   operation k+1 (fenced)
     INSERT   checkpoint operation.recorded
 
-that is 2 statements and one commit per step on PostgreSQL, 11 on SQLite (where a
+that is 1 statement and one commit per step on PostgreSQL (2 at a run's first chained
+step), 11 on SQLite (where a
 statement is a call inside the process, not a round trip to a server). No savepoint: the
 ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
 next token is found in the run's own view of its tokens, not by a query. A run adds,
@@ -102,7 +106,9 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     one_call = connection.vendor == "postgresql"
     # 5 before ADR 0044: step k's move, the next step's row and the instance row are one;
     # 3 before ADR 0047: that statement and the ledger's call are one.
-    per_step = 2 if one_call else 11
+    # 1 since ADR 0051: a run's later chained steps check the tail inside the call; its
+    # first reads and verifies the chain (2).
+    per_step = [2, 1, 1, 1] if one_call else [11] * 4
     # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome, the look for a stuck branch and the release, and the instance's
     # instance.completed event (its sequence number and its row: ADR 0032). The steps
@@ -114,10 +120,12 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # move and the instance row (ADR 0044), and the observation's update and its
     # checkpoint (ADR 0050).
     event, last = (1, 4) if one_call else (2, 6)
-    assert [len(c) for c in commits] == [3, 4 - alone, *[per_step] * 4, last + 2 + event - alone]
-    for commit in commits[2:6]:
+    assert [len(c) for c in commits] == [3, 4 - alone, *per_step, last + 2 + event - alone]
+    for number, commit in enumerate(commits[2:6]):
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
-        assert sum("recovery_observe_record(" in sql for sql in commit) == int(one_call)
+        assert sum("observe_record(" in sql for sql in commit) == int(one_call)
+        tail = sum("recovery_tail_observe_record(" in sql for sql in commit)
+        assert tail == int(one_call and number > 0)
         # On PostgreSQL the next step's row is written once, already executing: no
         # statement of the commit updates it after its insert (ADR 0047).
         moved = [sql for sql in commit if "SET \"state\" = 'executing'" in sql]
@@ -129,7 +137,7 @@ def test_the_separate_statements_on_postgresql_cost_eleven(settings):
         commits = five_steps(settings)
     event = 1 if connection.vendor == "postgresql" else 2  # the event's number and row
     assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 8 + event]
-    assert not any("recovery_observe_record(" in sql for c in commits for sql in c)
+    assert not any("observe_record(" in sql for c in commits for sql in c)
 
 
 def test_the_start_node_commit_carries_the_first_dispatch():

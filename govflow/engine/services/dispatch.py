@@ -45,7 +45,7 @@ from ..registry import ActionDefinition, registry
 from ..results import ActionContext
 from ..variables import MissingVariable, build_input
 from .run import Run
-from .writes import first_writes, write_held
+from .writes import closes_clean, first_writes, write_held
 
 __all__ = [
     "Chain",
@@ -315,14 +315,15 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
     return Plan(token, node, action, record, key, idem, context)
 
 
-def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
+def dispatch(run: Run, plan: Plan, observed: Observation | None = None, last: bool = False) -> None:
     """The dispatch boundary's writes (needs the caller's commit): token ``executing``,
     then the ledger operation ``dispatched``, which carries the projection's fingerprint
     and is refused while an integrity incident is open or the effect is unsettled (I12).
 
     With ``observed`` (the previous step's observation, held back for this), the token's
     write and both ledger writes go together: one server call on PostgreSQL (ADR 0031),
-    or the rows a flush held in front of it, the step inserted ``executing`` (ADR 0047)."""
+    or the rows a flush held in front of it, the step inserted ``executing`` (ADR 0047).
+    ``last``: nothing follows in the caller's commit (``writes.closes_clean``: ADR 0051)."""
     values = dict(
         state=TokenState.EXECUTING,
         operation_key=plan.key,
@@ -340,10 +341,11 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None) -> None:
         record=plan.record,
         projection_fp=run.carry_projection(),
         first=first_writes(run, plan.token, executing),
+        last=last and closes_clean(run),  # after first_writes took the held rows
     )
 
 
-def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
+def dispatch_next(run: Run, observed: Observation | None = None, last: bool = False) -> Next:
     """Record the next step's dispatch in the commit that made it ready, when it can.
 
     Needs the caller's commit: one that just completed a step. When the next step to run
@@ -360,6 +362,7 @@ def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
     caller; a refusal of the observation itself is raised as it is. Rows held for the call
     (``run.held_rows``, ADR 0047) go with a chained dispatch, are sent before a ``Defer``
     (which names its step by id), else are left to the caller (``writes.write_held``).
+    ``last``: when a dispatch is chained, the caller writes nothing after it (``dispatch``).
     """
     if not run.may_chain():
         return None
@@ -388,7 +391,7 @@ def dispatch_next(run: Run, observed: Observation | None = None) -> Next:
         write_held(run)
         return Defer(token.pk, plan=plan)
     try:
-        dispatch(run, plan, observed)
+        dispatch(run, plan, observed, last)
     except IntegrityViolation as exc:
         if getattr(exc, "ledger_write", "record") == "observe":
             raise  # the previous step's outcome itself was refused: the caller's to handle

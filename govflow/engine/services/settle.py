@@ -177,7 +177,9 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
             observed = succeed(
                 run, token, node, key, result, expected=TokenState.EXECUTING, held=True
             )
-            next_step = dispatch_next(run, observed=observed)
+            # Nothing of this commit follows the chained dispatch: its call may be sent
+            # as the whole commit (ADR 0051).
+            next_step = dispatch_next(run, observed=observed, last=True)
             if not isinstance(next_step, Chain):
                 write_held(run)  # the rows held for a dispatch that did not come (0047)
                 observed.write()

@@ -171,6 +171,23 @@ def write_held(run: Run) -> None:
         held.write(run.fence)
 
 
+def closes_clean(run: Run) -> bool:
+    """Whether the run's commit, as it stands, writes nothing more when it closes
+    (``Run.commit``): not nested in another, no step moves or held rows left for it, no
+    status event, no ending (the release), no claimed run's load still open; its
+    projection is the one the ledger write being made carries (``carry_projection``), so
+    no seal. A ledger call made now, with nothing written after it by its caller, is then
+    the commit's last statement (ADR 0051)."""
+    return (
+        run._depth == 1
+        and not run.pending
+        and run.held_rows is None
+        and str(run.instance.status) == run.committed_status
+        and run.instance.status not in TERMINAL_STATUSES
+        and (run.opened is None or not run.opened.is_open)
+    )
+
+
 def first_writes(run: Run, token: Token, executing: RowWrite) -> RowWrite | StepRows:
     """What goes in front of the ledger's call that dispatches ``token`` (needs the
     caller's commit): the held rows when ``token`` is their new step — inserted as it is

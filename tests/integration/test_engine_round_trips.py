@@ -1,0 +1,131 @@
+"""What a step costs on the wire: round trips and server transactions (PostgreSQL).
+
+``test_engine_cost.py`` counts the statements Django sends. This reads what went over the
+connection itself, from libpq's protocol trace: each ``ReadyForQuery`` ends one round trip,
+and one whose status is ``I`` (idle) ends a server transaction (a ``COMMIT``, or a
+statement in autocommit). A run's chained steps after its first one are one round trip and
+one server transaction each: the step's one statement, sent alone as the whole commit, with
+no ``BEGIN`` and no ``COMMIT`` (ADR 0051). PostgreSQL only: SQLite has no wire.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import connection
+from psycopg import pq
+
+from govflow.engine.models import InstanceStatus
+from govflow.engine.services.runtime import instance_run
+from recovery import api
+from tests.flows import action, linear, start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TAIL = "recovery_tail_observe_record("
+
+
+@dataclass
+class ServerTransaction:
+    statements: list[str] = field(default_factory=list)  # as sent: BEGIN, COMMIT, the SQL
+    round_trips: int = 0
+
+
+def server_transactions(trace: str) -> list[ServerTransaction]:
+    """The trace cut at each ``ReadyForQuery I``; a prepared statement's executions are
+    named by the text it was parsed with. psycopg's round trip that prepares a statement
+    (once per connection and text) is left out."""
+    named: dict[str, str] = {}
+    unnamed = ""
+    done: list[ServerTransaction] = []
+    current = ServerTransaction()
+    for line in trace.splitlines():
+        direction, _, message, *rest = line.split("\t")
+        detail = rest[0].strip() if rest else ""
+        if direction == "F" and message == "Query":
+            current.statements.append(detail.strip('"'))
+        elif direction == "F" and message == "Parse":
+            name, text = re.match(r'"([^"]*)" "(.*)" \d+', detail, re.S).groups()
+            named[name] = text
+            unnamed = text if not name else unnamed
+        elif direction == "F" and message == "Bind":
+            name = re.match(r'"[^"]*" "([^"]*)"', detail).group(1)
+            current.statements.append(named[name] if name else unnamed)
+        elif direction == "B" and message == "ReadyForQuery":
+            current.round_trips += 1
+            if detail == "I" and not current.statements:
+                # psycopg preparing a statement it saw before (Parse, Sync): once per
+                # connection and statement text, no transaction
+                current = ServerTransaction()
+            elif detail == "I":
+                done.append(current)
+                current = ServerTransaction()
+    assert not current.statements, "the trace ended inside a server transaction"
+    return done
+
+
+@contextmanager
+def traced() -> Iterator[list[ServerTransaction]]:
+    """libpq's trace of the default connection while the block runs, parsed at its end
+    (on a fresh connection: every statement's text is in the trace, none prepared before)."""
+    connection.close()
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    parsed: list[ServerTransaction] = []
+    with tempfile.TemporaryFile() as file:
+        pgconn.trace(file.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            yield parsed
+        finally:
+            pgconn.untrace()
+        file.seek(0)
+        parsed += server_transactions(file.read().decode("utf-8", "replace"))
+
+
+@pytest.fixture(autouse=True)
+def _postgresql():
+    if connection.vendor != "postgresql":
+        pytest.skip("round trips are PostgreSQL's; SQLite runs in the process")
+
+
+def five_steps(settings, instance=None):
+    """The server transactions of a run of five non-atomic steps (the start node run
+    before it), and the instance."""
+    instance = instance or start(linear(*(action(f"s{i}") for i in range(1, 6))))
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
+    instance_run(instance_id=instance.pk)
+    settings.GOVFLOW_MAX_STEPS_PER_RUN = 500
+    with traced() as transactions:
+        report = instance_run(instance_id=instance.pk)
+    assert report.steps == 5 and report.status == InstanceStatus.COMPLETED
+    return transactions
+
+
+def test_a_runs_later_chained_steps_are_one_round_trip_each(settings):
+    transactions = five_steps(settings)
+    chained = [t for t in transactions if any(TAIL in sql for sql in t.statements)]
+    # Steps 2, 3 and 4 succeed and dispatch the next step after the run's first chained
+    # step: each is its one statement alone, no BEGIN, no COMMIT, one round trip.
+    assert len(chained) == 3, transactions
+    for transaction in chained:
+        assert transaction.round_trips == 1, transaction
+        assert len(transaction.statements) == 1, transaction
+    total = sum(t.round_trips for t in transactions)
+    print(f"\n5 non-atomic steps: {total} round trips in {len(transactions)} server transactions")
+    for number, transaction in enumerate(transactions, 1):
+        first = transaction.statements[0][:60] if transaction.statements else "(none)"
+        print(f"  {number}: {transaction.round_trips} round trips, {first!r}")
+
+
+def test_inside_multi_statement_every_commit_is_a_transaction(settings):
+    with api.multi_statement():
+        transactions = five_steps(settings)
+    assert not any(TAIL in sql for t in transactions for sql in t.statements)
+    # Each server transaction is BEGIN … COMMIT (the lease's standalone calls aside).
+    assert sum(t.statements[:1] == ["BEGIN"] for t in transactions) >= 7, transactions
