@@ -11,7 +11,11 @@ written ones, and the operation rows past it equal the ones the written tail lef
 what reading and replaying them would verify (``verify_tail``). If they differ it returns
 ``'tail'`` and writes nothing; the caller reads and verifies as before. If they are equal it
 is ``recovery_observe_record`` itself, for the operation found by its key, after the last
-written checkpoint. Planned once per session (ADR 0049).
+written checkpoint. Planned once per session (ADR 0049). Its values travel packed — step
+k's operation and move (``p_op``), step k+1's operation (``p_next``), both checkpoints
+(``p_links``) as text arrays, the head taken from the written tail — so that with the
+caller's rows in front of it a statement has at most 50 parameters, the most psycopg
+caches the conversion of (each conversion of a longer one parses the SQL again).
 
 ``recovery_all_written(answer)`` raises (SQLSTATE ``GF001``, the answer as its detail) when
 a call's answer is not '': wrapped around a chained step's statement sent alone in
@@ -37,21 +41,13 @@ FUNCTION = f"""
 CREATE OR REPLACE FUNCTION recovery_tail_observe_record(
     p_subject_type text, p_subject_id text, p_mark_seq bigint, p_mark_link text,
     p_checkpoints text, p_operations text,
-    p_head_seq bigint, p_head_link text,
     p_lease_key text, p_holder text, p_fence bigint,
-    p_op_key text, p_from_state text, p_from_revision integer, p_to_state text,
-    p_result_fp text, p_success boolean,
-    p_key text, p_step_id text, p_action text, p_mode text, p_definition_fp text,
-    p_input_fp text, p_preview_fp text, p_access_fp text, p_idempotency_fp text,
-    p_ordinal integer, p_state text, p_blocking text[], p_ledger_type text, p_ledger_id text,
-    p_key_id text,
-    p_observed_kind text, p_observed_fact text, p_observed_fact_fp text,
-    p_observed_link text, p_observed_projection text,
-    p_recorded_kind text, p_recorded_fact text, p_recorded_fact_fp text,
-    p_recorded_link text, p_recorded_projection text
+    p_op text[], p_next text[], p_blocking text[], p_ledger_type text, p_ledger_id text,
+    p_key_id text, p_links text[]
 ) RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_op_id bigint;
+    v_head jsonb;
 BEGIN
     -- The stored rows past the run's mark are the ones it wrote (the tail verification).
     IF NOT COALESCE(
@@ -70,22 +66,22 @@ BEGIN
     THEN
         RETURN 'tail';
     END IF;
-    SELECT id INTO v_op_id FROM recovery_operation WHERE key = p_op_key;
+    SELECT id INTO v_op_id FROM recovery_operation WHERE key = p_op[1];
     IF v_op_id IS NULL THEN
         RETURN 'tail';
     END IF;
+    -- The head is the last checkpoint the run wrote (the tail's last element).
+    v_head := p_checkpoints::jsonb -> -1;
     RETURN recovery_observe_record(
-        p_subject_type, p_subject_id, p_head_seq, p_head_link,
+        p_subject_type, p_subject_id, (v_head ->> 0)::bigint, v_head ->> 5,
         p_lease_key, p_holder, p_fence,
-        v_op_id, p_from_state, p_from_revision, p_to_state, p_result_fp, p_success,
-        p_key, p_step_id, p_action, p_mode, p_definition_fp,
-        p_input_fp, p_preview_fp, p_access_fp, p_idempotency_fp,
-        p_ordinal, p_state, p_blocking, p_ledger_type, p_ledger_id,
+        v_op_id, p_op[2], p_op[3]::integer, p_op[4], p_op[5], p_op[6]::boolean,
+        p_next[1], p_next[2], p_next[3], p_next[4], p_next[5],
+        p_next[6], p_next[7], p_next[8], p_next[9],
+        p_next[10]::integer, p_next[11], p_blocking, p_ledger_type, p_ledger_id,
         p_key_id,
-        p_observed_kind, p_observed_fact, p_observed_fact_fp,
-        p_observed_link, p_observed_projection,
-        p_recorded_kind, p_recorded_fact, p_recorded_fact_fp,
-        p_recorded_link, p_recorded_projection);
+        p_links[1], p_links[2], p_links[3], p_links[4], p_links[5],
+        p_links[6], p_links[7], p_links[8], p_links[9], p_links[10]);
 END;
 $$;
 """

@@ -272,10 +272,11 @@ def _tail_known(observation: Observation, record: dict[str, Any]):
 
 
 _CALL_TAIL = (
-    "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, "
-    "%s, %s::bigint, %s, %s, %s::integer, %s, %s, %s::boolean, %s, %s, %s, %s, %s, %s, %s, %s, "
-    "%s, %s::integer, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s, %s, %s::bigint, "
+    "%s::text[], %s::text[], %s::text[], %s, %s, %s, %s::text[])"
 )
+"""16 parameters (migration 0018): with the engine's step rows in front, a statement under
+psycopg's 50, so its conversion is cached."""
 
 
 def _call_tail(cursor, observation, known, record, projection_fp, first, *, alone=False):
@@ -301,12 +302,12 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
         subject, Head(*mark.head), "operation.observed", observed_fact, observation.projection_fp
     )
     key, values, fact, recorded = _next_prepared(record, fence, observed, projection_fp)
+    success = "true" if state in SUCCESS else "false"
     arguments = [
         *tail_params(mark),
-        *(observed.seq - 1, observed.prev_link),
         *(fence.key, fence.holder, fence.fence),
-        *(observation.key, op["state"], op["revision"], state, result_fp, state in SUCCESS),
-        *_recorded_arguments(record, key, values, observed, recorded),
+        [observation.key, op["state"], str(op["revision"]), state, result_fp, success],
+        *_recorded_arguments(record, key, values, observed, recorded, packed=True),
     ]
     refused = _execute(cursor, _CALL_TAIL, arguments, first, fence, alone)
     if alone and refused:

@@ -57,16 +57,21 @@ def _next_prepared(record, fence, observed, projection_fp):
     return key, values, fact, recorded
 
 
-def _recorded_arguments(record, key, values, observed, recorded) -> list[Any]:
-    """The call's arguments after step k's: step k+1's operation, both checkpoints."""
-    return [
-        *(key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]),
-        *(list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id),
+def _recorded_arguments(record, key, values, observed, recorded, packed=False) -> list[Any]:
+    """The call's arguments after step k's: step k+1's operation, both checkpoints; with
+    ``packed``, the operation and the checkpoints each as one text array (migration 0018)."""
+    operation = [key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]]
+    links = [
         *observed.row()[3:6],
         *(observed.link, observed.projection_fp),
         *recorded.row()[3:6],
         *(recorded.link, recorded.projection_fp),
     ]
+    constants = [list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id]
+    if packed:
+        operation[-2] = str(operation[-2])
+        return [operation, *constants, links]
+    return [*operation, *constants, *links]
 
 
 def _execute(cursor, call: str, arguments: list[Any], first, fence: Fence, alone=False) -> str:
