@@ -13,9 +13,11 @@ what reading and replaying them would verify (``verify_tail``). If they differ i
 is ``recovery_observe_record`` itself, for the operation found by its key, after the last
 written checkpoint. Planned once per session (ADR 0049). Its values travel packed — step
 k's operation and move (``p_op``), step k+1's operation (``p_next``), both checkpoints
-(``p_links``) as text arrays, the head taken from the written tail — so that with the
-caller's rows in front of it a statement has at most 50 parameters, the most psycopg
-caches the conversion of (each conversion of a longer one parses the SQL again).
+(``p_links``) each as one JSON array of texts, the head taken from the written tail — so
+that with the caller's rows in front of it a statement has at most 50 parameters, the most
+psycopg caches the conversion of (each conversion of a longer one parses the SQL again).
+JSON, not ``text[]``: psycopg dumps a text array element by element, escaping every quote
+of the facts with a regular expression; a JSON text is passed through as it is.
 
 ``recovery_all_written(answer)`` raises (SQLSTATE ``GF001``, the answer as its detail) when
 a call's answer is not '': wrapped around a chained step's statement sent alone in
@@ -42,12 +44,15 @@ CREATE OR REPLACE FUNCTION recovery_tail_observe_record(
     p_subject_type text, p_subject_id text, p_mark_seq bigint, p_mark_link text,
     p_checkpoints text, p_operations text,
     p_lease_key text, p_holder text, p_fence bigint,
-    p_op text[], p_next text[], p_blocking text[], p_ledger_type text, p_ledger_id text,
-    p_key_id text, p_links text[]
+    p_op text, p_next text, p_blocking text[], p_ledger_type text, p_ledger_id text,
+    p_key_id text, p_links text
 ) RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_op_id bigint;
     v_head jsonb;
+    v_op jsonb := p_op::jsonb;
+    v_next jsonb := p_next::jsonb;
+    v_links jsonb := p_links::jsonb;
 BEGIN
     -- The stored rows past the run's mark are the ones it wrote (the tail verification).
     IF NOT COALESCE(
@@ -66,7 +71,7 @@ BEGIN
     THEN
         RETURN 'tail';
     END IF;
-    SELECT id INTO v_op_id FROM recovery_operation WHERE key = p_op[1];
+    SELECT id INTO v_op_id FROM recovery_operation WHERE key = v_op ->> 0;
     IF v_op_id IS NULL THEN
         RETURN 'tail';
     END IF;
@@ -75,13 +80,14 @@ BEGIN
     RETURN recovery_observe_record(
         p_subject_type, p_subject_id, (v_head ->> 0)::bigint, v_head ->> 5,
         p_lease_key, p_holder, p_fence,
-        v_op_id, p_op[2], p_op[3]::integer, p_op[4], p_op[5], p_op[6]::boolean,
-        p_next[1], p_next[2], p_next[3], p_next[4], p_next[5],
-        p_next[6], p_next[7], p_next[8], p_next[9],
-        p_next[10]::integer, p_next[11], p_blocking, p_ledger_type, p_ledger_id,
+        v_op_id, v_op ->> 1, (v_op ->> 2)::integer, v_op ->> 3, v_op ->> 4,
+        (v_op ->> 5)::boolean,
+        v_next ->> 0, v_next ->> 1, v_next ->> 2, v_next ->> 3, v_next ->> 4,
+        v_next ->> 5, v_next ->> 6, v_next ->> 7, v_next ->> 8,
+        (v_next ->> 9)::integer, v_next ->> 10, p_blocking, p_ledger_type, p_ledger_id,
         p_key_id,
-        p_links[1], p_links[2], p_links[3], p_links[4], p_links[5],
-        p_links[6], p_links[7], p_links[8], p_links[9], p_links[10]);
+        v_links ->> 0, v_links ->> 1, v_links ->> 2, v_links ->> 3, v_links ->> 4,
+        v_links ->> 5, v_links ->> 6, v_links ->> 7, v_links ->> 8, v_links ->> 9);
 END;
 $$;
 """

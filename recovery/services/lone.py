@@ -162,8 +162,8 @@ def tail_params(mark) -> list[Any]:
         [key, *(str(mark.touched[key][field]) for _, field in chain.COMPARED)]
         for key in sorted(mark.touched)
     ]
-    return [subject.type, subject.id, mark.seq, mark.link, _json(cps), _json(ops)]
+    return [subject.type, subject.id, mark.seq, mark.link, json_text(cps), json_text(ops)]
 
 
-_json = json.JSONEncoder(separators=(",", ":")).encode
+json_text = json.JSONEncoder(separators=(",", ":")).encode
 """JSON text of a list of lists of strings (C-encoded; ASCII, so any text survives)."""

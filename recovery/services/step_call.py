@@ -69,7 +69,7 @@ from ._ledger import (
 )
 from .first_writes import FirstWrites, RowWrite
 from .leases import Fence
-from .lone import tail_params
+from .lone import json_text, tail_params
 from .operations import _unchanged, operation_observe, operation_record
 from .step_parts import (
     _execute,
@@ -273,7 +273,7 @@ def _tail_known(observation: Observation, record: dict[str, Any]):
 
 _CALL_TAIL = (
     "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s, %s, %s::bigint, "
-    "%s::text[], %s::text[], %s::text[], %s, %s, %s, %s::text[])"
+    "%s, %s, %s::text[], %s, %s, %s, %s)"
 )
 """16 parameters (migration 0018): with the engine's step rows in front, a statement under
 psycopg's 50, so its conversion is cached."""
@@ -306,7 +306,7 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
     arguments = [
         *tail_params(mark),
         *(fence.key, fence.holder, fence.fence),
-        [observation.key, op["state"], str(op["revision"]), state, result_fp, success],
+        json_text([observation.key, op["state"], str(op["revision"]), state, result_fp, success]),
         *_recorded_arguments(record, key, values, observed, recorded, packed=True),
     ]
     refused = _execute(cursor, _CALL_TAIL, arguments, first, fence, alone)

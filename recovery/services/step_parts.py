@@ -24,6 +24,7 @@ from ._ledger import OP_TABLE, ROW, _why_not
 from .dispatch_write import _BLOCKING, _RECORDED
 from .dispatch_write import why_not_recorded as _why_not_recorded
 from .leases import Fence
+from .lone import json_text
 from .operations import _check_record, _recorded_fact
 
 
@@ -59,7 +60,8 @@ def _next_prepared(record, fence, observed, projection_fp):
 
 def _recorded_arguments(record, key, values, observed, recorded, packed=False) -> list[Any]:
     """The call's arguments after step k's: step k+1's operation, both checkpoints; with
-    ``packed``, the operation and the checkpoints each as one text array (migration 0018)."""
+    ``packed``, the operation and the checkpoints each as one JSON array of texts
+    (migration 0018)."""
     operation = [key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]]
     links = [
         *observed.row()[3:6],
@@ -70,7 +72,7 @@ def _recorded_arguments(record, key, values, observed, recorded, packed=False) -
     constants = [list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id]
     if packed:
         operation[-2] = str(operation[-2])
-        return [operation, *constants, links]
+        return [json_text(operation), *constants, json_text(links)]
     return [*operation, *constants, *links]
 
 
