@@ -8,6 +8,7 @@ import base64
 import pytest
 from django.test import Client
 from django_otp.oath import TOTP
+from django_otp.plugins.otp_totp.models import TOTPDevice
 from selenium.webdriver.common.by import By
 
 from recovery.models import Decision
@@ -19,10 +20,18 @@ from .test_operator_admin import blocked_instance
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def code_from(secret: str, step_offset: int = 0) -> str:
-    """What an authenticator app shows for ``secret`` (RFC 6238: 30 s steps, six digits)."""
+def code_from(secret: str, after: int | None = None) -> str:
+    """What an authenticator app shows for ``secret`` (RFC 6238: 30 s steps, six digits).
+
+    With ``after``, the code of the first 30 s window later than window ``after``: now's
+    code once the clock has moved on, else the app's next one. (The window a code was
+    accepted in is the device's ``last_t``; when a window boundary passed between typing a
+    code and the server checking it, django-otp records that as drift, and "now + 1"
+    could then fall outside its tolerance.)
+    """
     totp = TOTP(base64.b32decode(secret), step=30, digits=6)
-    totp.time = totp.time + 30 * step_offset
+    if after is not None and totp.t() <= after:
+        totp.time = totp.time + 30 * (after + 1 - totp.t())
     return f"{totp.token():06d}"
 
 
@@ -59,7 +68,9 @@ def test_an_approver_enrols_an_app_logs_in_with_its_code_and_approves(
     carl.log_in("carl", "pw-carl", code="")
     assert any("enter the code from your authenticator app" in e for e in carl.errors())
     # The code just used at enrolment cannot be used again; the app's next one is accepted.
-    carl.log_in("carl", "pw-carl", code=code_from(secret, step_offset=1))
+    used = TOTPDevice.objects.get(user__username="carl", confirmed=True).last_t
+    carl.log_in("carl", "pw-carl", code=code_from(secret, after=used))
+    assert carl.path != "/admin/login/", carl.errors()
     carl.open(page)
     carl.press(f"Approve decision {decision.pk}")
     assert any(
