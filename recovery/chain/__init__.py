@@ -30,6 +30,7 @@ from .links import (
     insert_prepared,
     load_checkpoints,
     load_operations,
+    load_subject,
     prepare,
     read_head,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "insert_prepared",
     "load_checkpoints",
     "load_operations",
+    "load_subject",
     "mark_drop",
     "mark_forget_written",
     "mark_keep",

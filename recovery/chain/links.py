@@ -187,13 +187,15 @@ def insert_prepared(cursor, checkpoint: Prepared) -> Head:
     return checkpoint.head
 
 
+_READ = "seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp"
+
+
 def load_checkpoints(cursor, subject: Subject, since: int = 0) -> list[Sequence[Any]]:
     """The subject's checkpoints in order: all, or from #``since`` on (a verified mark's
     own and those after it, ADR 0034)."""
     tail = " AND seq >= %s" if since else ""
     cursor.execute(
-        f"SELECT seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp FROM {_CP} "
-        f"WHERE subject_type = %s AND subject_id = %s{tail} ORDER BY seq",
+        f"SELECT {_READ} FROM {_CP} WHERE subject_type = %s AND subject_id = %s{tail} ORDER BY seq",
         [subject.type, subject.id, *([since] if since else [])],
     )
     return cursor.fetchall()
@@ -205,3 +207,20 @@ def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
         [subject.type, subject.id],
     )
     return cursor.fetchall()
+
+
+def load_subject(cursor, subject: Subject) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
+    """:func:`load_checkpoints` and :func:`load_operations` of a whole chain in one
+    statement (one round trip, ADR 0052): the checkpoints in order, then the operations,
+    padded with NULLs to one row shape."""
+    width, ops = _READ.count(",") + 1, len(OP_COLUMNS)
+    where = "WHERE subject_type = %s AND subject_id = %s"
+    cursor.execute(
+        f"SELECT 0, {_READ}, {', '.join(['NULL'] * ops)} FROM {_CP} {where} UNION ALL "
+        f"SELECT 1, {', '.join(['NULL'] * width)}, {', '.join(OP_COLUMNS)} FROM {_OP} {where} "
+        "ORDER BY 1, 2",
+        [subject.type, subject.id] * 2,
+    )
+    rows = cursor.fetchall()
+    checkpoints = [row[1 : 1 + width] for row in rows if row[0] == 0]
+    return checkpoints, [row[1 + width :] for row in rows if row[0] == 1]

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
@@ -88,6 +88,7 @@ def operation_record(
     state: str = S.DISPATCHED,
     compensation: bool = False,
     projection_fp: str = "",
+    follow: bool = False,
 ) -> RecordedOperation:
     """Record one invocation boundary, with its checkpoint, on the caller's live fence.
 
@@ -100,20 +101,17 @@ def operation_record(
     unknown outcome or succeeded — so no caller can forget either check. Raises
     :class:`OperationExists` for a key already recorded, :class:`IntegrityIncidentOpen`,
     :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
-    ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`).
+    ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`);
+    ``follow`` (the run observes this operation in a later commit), see :func:`_head`.
     """
     fps = dict(definition_fp=definition_fp, input_fp=input_fp, preview_fp=preview_fp)
     fps |= dict(access_fp=access_fp, idempotency_fp=idempotency_fp)
     _check_record(fps, recovery_mode, state, ordinal)
     state, recovery_mode = str(state), str(recovery_mode)
     key = operation_key(
-        definition_fp=definition_fp,
-        step_id=step_id,
-        action=action,
-        input_fp=input_fp,
-        nonce=nonce,
-        compensation=compensation,
-    )
+        definition_fp=definition_fp, step_id=step_id, action=action, input_fp=input_fp,
+        nonce=nonce, compensation=compensation,
+    )  # fmt: skip
     row = {"step_id": step_id, "action": action, "recovery_mode": recovery_mode, **fps}
     fact = _recorded_fact(key, state, row, fence, ordinal)
     outermost = alone()
@@ -125,12 +123,49 @@ def operation_record(
         if done is not None:
             return done
     with atomic(), connection.cursor() as cursor:
-        head = chain.read_head(cursor, subject)
+        head, mark = _head(cursor, subject, fence, follow and not outermost)
         checkpoint = chain.prepare(subject, head, "operation.recorded", fact, projection_fp)
         insert_recorded(cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state)
-    if outermost:  # committed: the run's next call may follow it without reading
-        chain.mark_wrote(fence, checkpoint, fact)
+    _remembered(fence, outermost, mark, checkpoint, fact)
     return RecordedOperation(key, subject, state, 1, checkpoint.seq)
+
+
+def _head(cursor, subject: Subject, fence: Fence, follow: bool):
+    """The head a recording links to, and the mark reading the chain left, or None.
+
+    ``follow``: the caller's run goes on to observe this operation in a later commit of
+    its own (a chained step). Inside the caller's transaction, when the run has verified
+    nothing yet, the whole chain is read and verified in place of the head (one statement
+    either way; a broken one raises :class:`ChainBroken`, refusing the dispatch), and once
+    the commit is made the run's mark covers the chain through this write, so that
+    observation need not read it (ADR 0052). The mark is kept off the run until then: it
+    may vouch for rows this transaction wrote."""
+    if not follow or chain.mark_peek(fence) is not None:
+        return chain.read_head(cursor, subject), None
+    checkpoints, operations = chain.load_subject(cursor, subject)
+    head = verified_head(cursor, subject, operations, checkpoints=checkpoints, fence=fence)
+    return head, chain.mark_drop(fence)
+
+
+def _remembered(fence: Fence, outermost: bool, mark, checkpoint, fact: dict[str, Any]) -> None:
+    """What the run's mark knows of the recording once it is committed (ADR 0040, 0052).
+
+    Written alone (``outermost``), it is committed: the run's next call may follow it
+    without reading. Inside the caller's transaction with ``mark`` (:func:`_head`): once
+    the caller's commit is made, the run's mark is ``mark`` with ``checkpoint`` written
+    after it, unless the run has a mark again by then; rolled back, the run keeps no mark,
+    and its next success reads and verifies as before."""
+    if outermost:
+        chain.mark_wrote(fence, checkpoint, fact)
+    if outermost or mark is None:
+        return
+
+    def committed() -> None:
+        if chain.mark_peek(fence) is None:
+            chain.mark_keep(fence, mark)
+            chain.mark_wrote(fence, checkpoint, fact)
+
+    transaction.on_commit(committed)
 
 
 def _recorded_fact(key: str, state: str, row: dict, fence: Fence, ordinal: int) -> dict:

@@ -6,8 +6,9 @@ outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its stat
     -- on PostgreSQL (ADR 0031, 0044, 0047, 0051) --
     SELECT   the subject's checkpoints and operations, the operation among them (one
              statement; I7: the chain is verified in Python before a success) -- only
-             at a run's first chained step: later ones check inside their call that
-             the rows past the run's mark are the ones it wrote (ADR 0051)
+             when the run has not verified the chain yet: a run's chained steps check
+             inside their call that the rows past the run's mark are the ones it wrote
+             (ADR 0051), and its first dispatch leaves that mark (ADR 0052)
     WITH     token k -> completed (fenced), token k+1 inserted already executing, the
              instance (fenced): data-modifying WITH parts, each refused as alone;
              SELECT recovery_[tail_]observe_record(...) only if they all matched: the
@@ -28,14 +29,14 @@ outcome and step k+1's dispatch boundary (``dispatch_next``, ADR 0006). Its stat
     INSERT   operation k+1 (fenced)
     INSERT   checkpoint operation.recorded
 
-that is 1 statement and one commit per step on PostgreSQL (2 at a run's first chained
-step), 11 on SQLite (where a
+that is 1 statement and one commit per step on PostgreSQL, 11 on SQLite (where a
 statement is a call inside the process, not a round trip to a server). No savepoint: the
 ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
 next token is found in the run's own view of its tokens, not by a query. A run adds,
 around its steps: acquiring the lease and loading the instance and its active tokens (3
 statements, one commit); the first step's dispatch in its own commit when nothing before
-it in this run made it ready (token, head, operation, checkpoint); releasing the lease,
+it in this run made it ready (token; the chain, read and verified where only its head
+was needed, so the run's mark covers it (ADR 0052); operation and checkpoint); releasing the lease,
 in the commit that ended the instance (1 statement, and 1 to make sure no other branch is
 stuck), or else in a commit of its own that also checks for work released meanwhile (2
 statements). The last step inserts no next token and records its outcome alone. A claimed
@@ -106,9 +107,9 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     one_call = connection.vendor == "postgresql"
     # 5 before ADR 0044: step k's move, the next step's row and the instance row are one;
     # 3 before ADR 0047: that statement and the ledger's call are one.
-    # 1 since ADR 0051: a run's later chained steps check the tail inside the call; its
-    # first reads and verifies the chain (2).
-    per_step = [2, 1, 1, 1] if one_call else [11] * 4
+    # 1 since ADR 0051: a run's later chained steps check the tail inside the call; since
+    # ADR 0052 its first does too, the first dispatch having verified the chain.
+    per_step = [1, 1, 1, 1] if one_call else [11] * 4
     # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome, the look for a stuck branch and the release, and the instance's
     # instance.completed event (its sequence number and its row: ADR 0032). The steps
@@ -121,11 +122,11 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # checkpoint (ADR 0050).
     event, last = (1, 4) if one_call else (2, 6)
     assert [len(c) for c in commits] == [3, 4 - alone, *per_step, last + 2 + event - alone]
-    for number, commit in enumerate(commits[2:6]):
+    for commit in commits[2:6]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
         assert sum("observe_record(" in sql for sql in commit) == int(one_call)
         tail = sum("recovery_tail_observe_record(" in sql for sql in commit)
-        assert tail == int(one_call and number > 0)
+        assert tail == int(one_call)
         # On PostgreSQL the next step's row is written once, already executing: no
         # statement of the commit updates it after its insert (ADR 0047).
         moved = [sql for sql in commit if "SET \"state\" = 'executing'" in sql]

@@ -3,7 +3,7 @@
 ``test_engine_cost.py`` counts the statements Django sends. This reads what went over the
 connection itself, from libpq's protocol trace: each ``ReadyForQuery`` ends one round trip,
 and one whose status is ``I`` (idle) ends a server transaction (a ``COMMIT``, or a
-statement in autocommit). A run's chained steps after its first one are one round trip and
+statement in autocommit). A run's chained steps are one round trip and
 one server transaction each: the step's one statement, sent alone as the whole commit, with
 no ``BEGIN`` and no ``COMMIT`` (ADR 0051). PostgreSQL only: SQLite has no wire.
 """
@@ -109,12 +109,17 @@ def five_steps(settings, instance=None):
     return transactions
 
 
-def test_a_runs_later_chained_steps_are_one_round_trip_each(settings):
+def test_a_runs_chained_steps_are_one_round_trip_each(settings):
     transactions = five_steps(settings)
     chained = [t for t in transactions if any(TAIL in sql for sql in t.statements)]
-    # Steps 2, 3 and 4 succeed and dispatch the next step after the run's first chained
-    # step: each is its one statement alone, no BEGIN, no COMMIT, one round trip.
-    assert len(chained) == 3, transactions
+    # Steps 1 to 4 succeed and dispatch the next step: each is its one statement alone,
+    # no BEGIN, no COMMIT, one round trip. Step 1's dispatch read and verified the chain
+    # where it needed only the head, so the run's mark covers it (ADR 0052): no step reads
+    # the chain, and nothing reads the head alone.
+    assert len(chained) == 4, transactions
+    sent = [sql for t in transactions for sql in t.statements]
+    assert not any(sql.startswith("SELECT seq, link FROM") for sql in sent), sent
+    assert sum("FROM recovery_checkpoint" in sql and "UNION ALL" in sql for sql in sent) == 2
     for transaction in chained:
         assert transaction.round_trips == 1, transaction
         assert len(transaction.statements) == 1, transaction

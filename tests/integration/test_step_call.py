@@ -206,11 +206,11 @@ def test_a_chain_of_successes_is_one_call_per_step_on_postgresql():
     sqls = [q["sql"] for q in captured.captured_queries]
     calls = sum("observe_record(" in sql for sql in sqls)
     tail = sum("recovery_tail_observe_record(" in sql for sql in sqls)
-    # Steps 1-4 each end in the commit that dispatches the next: one call each. The first
-    # reads and verifies the chain; the next three check, inside the call, that the rows
-    # past the run's mark are the ones it wrote (ADR 0051).
+    # Steps 1-4 each end in the commit that dispatches the next: one call each, which
+    # checks inside it that the rows past the run's mark are the ones it wrote (ADR 0051);
+    # step 1's dispatch read and verified the chain and left the mark (ADR 0052).
     one_call = connection.vendor == "postgresql"
-    assert (calls, tail) == ((4, 3) if one_call else (0, 0))
+    assert (calls, tail) == ((4, 4) if one_call else (0, 0))
 
 
 # The rows of FIXED, canonical and hashed. Both databases must give this digest: SQLite on

@@ -26,6 +26,7 @@ from tests.flows import action, linear, start
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ONE_CALL = "recovery_observe_record("
+TAIL_CALL = "recovery_tail_observe_record("
 
 
 def _two_steps(settings) -> Instance:
@@ -38,14 +39,21 @@ def _two_steps(settings) -> Instance:
 
 
 def _chained_commit(queries: list[dict]) -> list[str]:
-    """The statements of the commit that recorded a's success and b's dispatch."""
+    """The statements of the commit that recorded a's success and b's dispatch (a
+    statement outside BEGIN … COMMIT is a commit of its own: sent alone, ADR 0051)."""
     commits: list[list[str]] = []
+    open_ = False
     for query in queries:
         sql = query["sql"]
         if sql.startswith("BEGIN"):
             commits.append([])
-        elif not sql.startswith("COMMIT") and commits:
+            open_ = True
+        elif sql.startswith("COMMIT"):
+            open_ = False
+        elif open_:
             commits[-1].append(sql)
+        else:
+            commits.append([sql])
     [chained] = [c for c in commits if any("'b'" in s and "engine_token" in s for s in c)]
     return chained
 
@@ -59,10 +67,11 @@ def test_the_next_step_is_inserted_executing_and_never_updated(settings):
     chained = _chained_commit(captured.captured_queries)
     updates_of_b = [s for s in chained if 'UPDATE "engine_token"' in s and f'"id" = {b.pk} ' in s]
     if connection.vendor == "postgresql":
-        # BEGIN, the observation's read, one statement with the rows and the call, COMMIT.
-        assert len(chained) == 2, chained
-        assert "new_step AS (INSERT" in chained[1] and ONE_CALL in chained[1]
-        assert "'executing'" in chained[1].split("new_step AS", 1)[1].split("instance_row")[0]
+        # One statement with the rows and the call, sent alone: a's dispatch verified the
+        # chain and left the run's mark, so the call checks the tail (ADR 0051, 0052).
+        assert len(chained) == 1, chained
+        assert "new_step AS (INSERT" in chained[0] and TAIL_CALL in chained[0]
+        assert "'executing'" in chained[0].split("new_step AS", 1)[1].split("instance_row")[0]
         assert updates_of_b == []
     else:
         assert len(updates_of_b) == 1  # inserted ready, then dispatched
@@ -84,6 +93,9 @@ def _meanwhile(monkeypatch, change) -> list[str]:
     if connection.vendor != "postgresql":
         pytest.skip("the rows ride in the ledger's call on PostgreSQL only")
     read = step_call._observation_prepared
+    # The step reads its chain (the path these tests are about), not the run's mark: a
+    # change while the tail is checked instead is test_engine_step_alone.py's.
+    monkeypatch.setattr(step_call, "_tail_known", lambda *args: None)
 
     def read_then_change(cursor, observation):
         loaded = read(cursor, observation)

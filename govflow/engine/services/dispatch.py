@@ -333,7 +333,8 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None, last: bo
     )
     if observed is None:
         run.update_token(plan.token, TokenState.READY, **values)
-        operation_record(**plan.record, projection_fp=run.carry_projection())
+        record = dict(plan.record, follow=run.may_chain() and not plan.token.poll)  # ADR 0052
+        operation_record(**record, projection_fp=run.carry_projection())
         return
     executing = run.token_write(plan.token, TokenState.READY, **values)
     operation_observe_record(
