@@ -214,7 +214,7 @@ def lifecycle_runner(
                     *(st, sid, seq, "operation.recorded", fact, fact_fp, prev, link, key_id, ""),
                 ],
             )
-            if cur.fetchone() != (True, True):
+            if not all(cur.fetchone()):  # recorded, chained, and the (no) first rows matched
                 raise RuntimeError(f"baseline: the fence of {st}:{sid} is not live")
         with conn.transaction():
             execute(load_all, [p.key, p.key])

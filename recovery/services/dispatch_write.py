@@ -28,6 +28,7 @@ from ..states import OperationState
 from ..subjects import LEDGER_WATERMARK as LEDGER_WIDE
 from ..subjects import Subject
 from ._ledger import INCIDENT_TABLE, OP_TABLE
+from .first_writes import FirstWrites
 from .leases import Fence, fence_condition
 
 S = OperationState
@@ -53,16 +54,29 @@ _RECORDED = (
 
 
 def insert_recorded(
-    cursor, key: str, row: dict, checkpoint: chain.Prepared, *, fence: Fence, ordinal, state
+    cursor,
+    key: str,
+    row: dict,
+    checkpoint: chain.Prepared,
+    *,
+    fence: Fence,
+    ordinal,
+    state,
+    first: FirstWrites | None = None,
 ) -> None:
     """Insert the operation (``chain_seq`` = the checkpoint's) and then its checkpoint.
 
     ``checkpoint`` was prepared after the head the caller read. Raises the refusal's
     error; the caller's transaction (or savepoint) rolls back whatever was written.
+    ``first``: the caller's own rows, written before (ADR 0053): on PostgreSQL in front of
+    the inserts, in their statement, which insert only if every part matched; a part that
+    matched nothing is raised as its write alone would raise it.
     """
     subject = checkpoint.subject
     sql, params = _insert_sql(key, subject, row, fence, ordinal, state, checkpoint.seq)
     if not one_call_steps():
+        if first is not None:
+            first.write(fence)
         try:
             cursor.execute(sql, params)
         except IntegrityError as exc:
@@ -71,16 +85,26 @@ def insert_recorded(
             raise why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
         chain.insert_prepared(cursor, checkpoint)
         return
+    parts, first_params, results, matched = [], [], [], "TRUE"
+    if first is not None:
+        parts, first_params, results, matched = first.parts(fence)
     cursor.execute(
-        f"WITH op AS ({sql} ON CONFLICT (key) DO NOTHING RETURNING 1), "
+        f"WITH {''.join(part + ', ' for part in parts)}"
+        f"op AS ({sql} AND {matched} ON CONFLICT (key) DO NOTHING RETURNING 1), "
         f"cp AS (INSERT INTO {chain.CHECKPOINT_TABLE} ({chain.CHECKPOINT_COLUMNS}, "
         f"recorded_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now} "
         "WHERE EXISTS (SELECT 1 FROM op) "
         "ON CONFLICT (subject_type, subject_id, seq) DO NOTHING RETURNING 1) "
-        "SELECT EXISTS (SELECT 1 FROM op), EXISTS (SELECT 1 FROM cp)",
-        [*params, *checkpoint.row()],
+        f"SELECT EXISTS (SELECT 1 FROM op), EXISTS (SELECT 1 FROM cp), {matched}"
+        f"{''.join(', ' + result for result in results)}",
+        [*first_params, *params, *checkpoint.row()],
     )
-    recorded, chained = cursor.fetchone()
+    recorded, chained, took, *values = cursor.fetchone()
+    if first is not None:
+        first.took(fence, values)
+        if not took:  # nothing refused; a part merely matched no row: as if alone
+            insert_recorded(cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state)
+            return
     if not recorded:
         raise why_not_recorded(cursor, key, subject, row["idempotency_fp"], fence)
     if not chained:

@@ -43,6 +43,7 @@ from ._ledger import (
     verified_head,
 )
 from .dispatch_write import _RECORDED, SETTLED_FOR_A_NEW_ATTEMPT, insert_recorded
+from .first_writes import FirstWrites
 from .leases import Fence
 from .lone import alone, observe_alone, record_alone
 
@@ -89,6 +90,7 @@ def operation_record(
     compensation: bool = False,
     projection_fp: str = "",
     follow: bool = False,
+    first: FirstWrites | None = None,
 ) -> RecordedOperation:
     """Record one invocation boundary, with its checkpoint, on the caller's live fence.
 
@@ -101,8 +103,8 @@ def operation_record(
     unknown outcome or succeeded — so no caller can forget either check. Raises
     :class:`OperationExists` for a key already recorded, :class:`IntegrityIncidentOpen`,
     :class:`LedgerDisagrees`, or :class:`StaleFence` when the fence is no longer live.
-    ``projection_fp`` is carried into the checkpoint (see :mod:`recovery.projections`);
-    ``follow`` (the run observes this operation in a later commit), see :func:`_head`.
+    ``projection_fp`` is carried into the checkpoint (:mod:`recovery.projections`);
+    ``follow``: see :func:`_head`; ``first``: the caller's rows, see ``insert_recorded``.
     """
     fps = dict(definition_fp=definition_fp, input_fp=input_fp, preview_fp=preview_fp)
     fps |= dict(access_fp=access_fp, idempotency_fp=idempotency_fp)
@@ -114,7 +116,7 @@ def operation_record(
     )  # fmt: skip
     row = {"step_id": step_id, "action": action, "recovery_mode": recovery_mode, **fps}
     fact = _recorded_fact(key, state, row, fence, ordinal)
-    outermost = alone()
+    outermost = alone() and first is None
     if outermost:  # one statement after the run's own last write (ADR 0040)
         done = record_alone(
             key, row, fact, subject=subject, fence=fence, ordinal=ordinal, state=state,
@@ -125,7 +127,9 @@ def operation_record(
     with atomic(), connection.cursor() as cursor:
         head, mark = _head(cursor, subject, fence, follow and not outermost)
         checkpoint = chain.prepare(subject, head, "operation.recorded", fact, projection_fp)
-        insert_recorded(cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state)
+        insert_recorded(
+            cursor, key, row, checkpoint, fence=fence, ordinal=ordinal, state=state, first=first
+        )
     _remembered(fence, outermost, mark, checkpoint, fact)
     return RecordedOperation(key, subject, state, 1, checkpoint.seq)
 

@@ -331,17 +331,17 @@ def dispatch(run: Run, plan: Plan, observed: Observation | None = None, last: bo
         not_before=None,
         wait_kind="",
     )
-    if observed is None:
-        run.update_token(plan.token, TokenState.READY, **values)
-        record = dict(plan.record, follow=run.may_chain() and not plan.token.poll)  # ADR 0052
-        operation_record(**record, projection_fp=run.carry_projection())
-        return
     executing = run.token_write(plan.token, TokenState.READY, **values)
+    first = first_writes(run, plan.token, executing)  # in the ledger's statement (0053)
+    if observed is None:
+        record = dict(plan.record, follow=run.may_chain() and not plan.token.poll)  # ADR 0052
+        operation_record(**record, projection_fp=run.carry_projection(), first=first)
+        return
     operation_observe_record(
         observation=observed,
         record=plan.record,
         projection_fp=run.carry_projection(),
-        first=first_writes(run, plan.token, executing),
+        first=first,
         last=last and closes_clean(run),  # after first_writes took the held rows
     )
 

@@ -81,7 +81,13 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> Next:
             # (ADR 0044), as a step's success does.
             run.update_token(token, TokenState.READY, later=True, state=TokenState.COMPLETED)
             run.active.pop(token.pk, None)
-            leave_or_block(run, token)
+            # The step routed next waits for the dispatch's statement, as after a success
+            # (ADR 0047, 0053); sent alone when no dispatch takes it (``write_held``).
+            run.rows_wait = True
+            try:
+                leave_or_block(run, token)
+            finally:
+                run.rows_wait = False
             next_step = dispatch_next(run)
     except ChainedDispatchRefused:
         # The next step's dispatch was refused: complete this wait again without it; the
