@@ -6,6 +6,8 @@ provider call outside any transaction, and the settling commit.
 
 from __future__ import annotations
 
+import threading
+
 from bench.engine.govflow_db import EFFECTS_TABLE
 from govflow.engine.provider import (
     ActionDefinition,
@@ -46,19 +48,25 @@ NOOP = ActionDefinition(
 
 # -- bench.effect: an effect that can be counted (make chaos) ---------------------------
 
-_store: dict[str, object] = {}
+_store = threading.local()
 
 
 def _effects():
-    """The provider's own connection (one per process, opened on first use)."""
+    """The provider's own connection: one per thread (a worker runs several instances at
+    once, each in a thread of its own), opened on first use in autocommit, so an effect
+    is committed when its ``INSERT`` returns. (One connection shared by the threads, put
+    into autocommit after it was opened, let a thread's ``INSERT`` begin a transaction in
+    that gap that was never committed: a success the provider reported for an effect that
+    was not there, found by ``make chaos`` as a phantom success.)"""
     import os
 
     import psycopg
 
-    if _store.get("pid") != os.getpid() or _store["conn"].closed:
-        _store.update(pid=os.getpid(), conn=psycopg.connect(os.environ["DATABASE_URL"]))
-        _store["conn"].autocommit = True
-    return _store["conn"]
+    conn = getattr(_store, "conn", None)
+    if getattr(_store, "pid", None) != os.getpid() or conn is None or conn.closed:
+        conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+        _store.pid, _store.conn = os.getpid(), conn
+    return conn
 
 
 def _effect_execute(context):
