@@ -37,9 +37,24 @@ RUNS = 3
 def wait_for(predicate, *, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what}; the database's sessions "
+                f"then (state, wait event, query): {_sessions()}"
+            )
         time.sleep(0.02)
     return value
+
+
+def _sessions() -> list[tuple[str, str, str]]:
+    """What every other session of the test database is doing: where a run is stuck."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT state, coalesce(wait_event_type || ':' || wait_event, ''), "
+            "left(query, 120) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchall()
 
 
 @pytest.fixture
