@@ -22,7 +22,7 @@ def alpha_store(tmp_path, settings):
     from tests.providers.alpha import effects
 
     settings.ALPHA_STORE = str(tmp_path / "alpha.sqlite3")
-    effects.reset()
+    effects.reset(create=True)
     yield
     effects.reset()
 

@@ -27,7 +27,11 @@ def _connect(path: Path | None = None) -> sqlite3.Connection:
     path = path or store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    # WAL is kept in the file: switched once, when the store is made (``store_create``).
+    # Switching takes the file alone and does not wait for a busy one ("database is
+    # locked" at once), so connections to a made store only read the mode.
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(
         "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, action TEXT, "
         "data TEXT, calls INTEGER DEFAULT 1)"
@@ -39,9 +43,11 @@ def _connect(path: Path | None = None) -> sqlite3.Connection:
 def store_create(path: Path) -> None:
     """Create the store (WAL mode, tables) before any worker opens it.
 
-    Two processes opening a brand-new file at the same moment can both try to switch it to
-    WAL, and one gets "database is locked" at once (no busy wait): the action raises, and
-    the engine rightly records an unknown outcome that the test did not ask for.
+    Two processes or threads opening a brand-new file at the same moment can both try to
+    switch it to WAL, and one gets "database is locked" at once (no busy wait): the action
+    raises, and the engine rightly records an unknown outcome that the test did not ask
+    for. (Run threads of one worker met there: three calls released together by a test's
+    barrier, ``test_run_pool``.)
     """
     _connect(path).close()
 
@@ -80,11 +86,15 @@ def call_count(action: str | None = None) -> int:
         return conn.execute(sql, (action,) if action else ()).fetchone()[0]
 
 
-def reset() -> None:
+def reset(*, create: bool = False) -> None:
+    """Remove the store and the scripted outcomes; with ``create``, make the store anew
+    at once (``store_create``), before any call opens it."""
     path = store_path()
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     SCRIPT.clear()
+    if create:
+        store_create(path)
 
 
 def pause_point(name: str) -> None:
