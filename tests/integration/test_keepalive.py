@@ -7,6 +7,7 @@ lease after its call returned.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -92,3 +93,45 @@ def test_a_renewal_that_fails_stops_renewing_that_lease_only():
     failing.done()
     working.done()
     assert calls["lost"] == 1 and calls["kept"] >= 3, calls
+
+
+def _asleep(keeper: Keepalive) -> bool:
+    """Whether the keeper's thread waits for its next renewal (a deadline set)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with keeper.changed:
+            if keeper.wake_at != math.inf:
+                return True
+        time.sleep(0.005)
+    return False
+
+
+def test_a_shorter_lease_watched_while_the_thread_sleeps_for_a_longer_one_is_renewed_in_time():
+    keeper = Keepalive()
+    long = keeper.watch(lambda: None, interval=60, what="long")
+    assert _asleep(keeper)
+    renewed = threading.Event()
+    short = keeper.watch(renewed.set, interval=0.05, what="short")
+    assert renewed.wait(5), "the thread was woken for the shorter lease, not left asleep"
+    short.done()
+    long.done()
+
+
+def test_a_watch_whose_renewal_the_sleeping_thread_reaches_anyway_does_not_wake_it():
+    """Every provider call registers its lease: waking the thread for each would hand the
+    GIL back and forth at every step, although the thread's own deadline comes first."""
+    keeper = Keepalive()
+    first = keeper.watch(lambda: None, interval=60, what="first")
+    assert _asleep(keeper)
+    woken: list[int] = []
+    notify_all = keeper.changed.notify_all
+
+    def counted() -> None:
+        woken.append(1)
+        notify_all()
+
+    keeper.changed.notify_all = counted
+    for number in range(20):
+        keeper.watch(lambda: None, interval=60, what=f"call {number}").done()
+    assert woken == []
+    first.done()

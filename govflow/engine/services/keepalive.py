@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -63,13 +64,26 @@ class Keepalive:
         self.changed = threading.Condition()
         self.watches: dict[int, Watch] = {}
         self.started = False
+        self.wake_at = math.inf
+        """When the thread wakes next on its own (it sleeps until the soonest renewal)."""
+        self.idle = math.inf
+        """How long the thread sleeps with nothing to renew: the shortest interval asked."""
 
     def watch(self, renew: Callable[[], None], *, interval: float, what: str) -> Watch:
+        """Keep a lease renewed every ``interval`` seconds until :meth:`Watch.done`.
+
+        The thread is woken only when it would sleep past this lease's first renewal
+        (ADR 0054). It sleeps until the soonest one due, or for the interval when it has
+        none, so a watch of the usual interval never wakes it: waking it at every call
+        handed the GIL back and forth at every step (about three context switches a
+        step), although almost every call ends before its first renewal."""
         entry = Watch(self, renew, interval, what, due=time.monotonic() + interval)
         with self.changed:
             self._ensure_thread()
             self.watches[entry.number] = entry
-            self.changed.notify_all()
+            self.idle = min(self.idle, interval)
+            if entry.due < self.wake_at:
+                self.changed.notify_all()
         return entry
 
     def forget(self, entry: Watch) -> None:
@@ -102,8 +116,10 @@ class Keepalive:
                     for entry in due:
                         entry.busy = True
                     return due
-                soonest = min((w.due for w in self.watches.values()), default=now + 3600)
-                self.changed.wait(timeout=max(0.0, soonest - now))
+                soonest = min((w.due for w in self.watches.values()), default=now + self.idle)
+                self.wake_at = soonest
+                self.changed.wait(timeout=max(0.0, min(soonest - now, 3600)))
+                self.wake_at = math.inf  # awake: a watch made now is seen when it looks
 
     def _renew(self, entry: Watch) -> None:
         keep = False
