@@ -129,7 +129,7 @@ class Run:
     """Step moves that ride in the instance row's statement (``update_token(later=)``)."""
     rows_wait: bool = False  # a flush may hold its rows for the ledger's call (ADR 0047)
     held_rows: StepRows | None = None  # and these it held (``writes.first_writes``)
-    _depth: int = 0
+    depth: int = 0  # commits open (``commit``): 1 inside the outermost only
 
     @property
     def subject(self) -> Subject:
@@ -170,9 +170,9 @@ class Run:
         commit, so nothing fenced follows it, and it rolls back with the commit. A
         rolled-back commit leaves the run's recorded fingerprint as it was.
         """
-        outermost = self._depth == 0
+        outermost = self.depth == 0
         before = self.recorded_projection
-        self._depth += 1
+        self.depth += 1
         try:
             with engine_commit():
                 yield
@@ -196,7 +196,7 @@ class Run:
             if outermost:
                 self.committed_status = str(self.instance.status)
         finally:
-            self._depth -= 1
+            self.depth -= 1
 
     def load_closed(self, exc: BaseException | None = None) -> None:
         """Close a claimed run's open handover and load: committed, or after ``exc``

@@ -39,7 +39,7 @@ from .linked_watch import is_linked_start, watch_begin
 from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
 from .run import Run
-from .writes import write_held
+from .writes import rows_held, write_held
 
 __all__ = [
     "MAX_DELAY",
@@ -223,13 +223,13 @@ def succeed(
     # Held too, the rows of the step routed next wait for the call that may dispatch it
     # (ADR 0047); the caller sends them alone when it does not (``write_held``). Not a
     # linked run's start: its watch step is moved by id right after its flush.
-    run.rows_wait = held and not is_linked_start(node, token)
     try:
-        complete_with_output(
-            run, token, node, output, expected=expected, reason=reason, extra=extra
-        )
+        with rows_held(run, held and not is_linked_start(node, token)):
+            complete_with_output(
+                run, token, node, output, expected=expected, reason=reason, extra=extra
+            )
     finally:
-        run.success_follows = run.rows_wait = False
+        run.success_follows = False
     observation = Observation(
         key=key,
         state=OperationState.EFFECT_CONFIRMED if by else OperationState.SUCCEEDED,

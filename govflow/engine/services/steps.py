@@ -35,6 +35,7 @@ from .linked_watch import is_linked_start
 from .routing import RouteError
 from .run import Run
 from .settle import output_refusal, retry_or_fail, settle, succeed
+from .writes import rows_held
 
 __all__ = ["call_and_settle", "run_chained", "run_token"]
 
@@ -83,11 +84,8 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> Next:
             run.active.pop(token.pk, None)
             # The step routed next waits for the dispatch's statement, as after a success
             # (ADR 0047, 0053); sent alone when no dispatch takes it (``write_held``).
-            run.rows_wait = True
-            try:
+            with rows_held(run):
                 leave_or_block(run, token)
-            finally:
-                run.rows_wait = False
             next_step = dispatch_next(run)
     except ChainedDispatchRefused:
         # The next step's dispatch was refused: complete this wait again without it; the

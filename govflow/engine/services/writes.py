@@ -7,6 +7,8 @@ ledger's call when the run asks (``Run.rows_wait``, ADR 0047).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from django.db import connection
@@ -36,6 +38,7 @@ __all__ = [
     "check_move",
     "first_writes",
     "moved_meanwhile",
+    "rows_held",
     "write_held",
     "write_instance",
     "write_pending",
@@ -179,13 +182,26 @@ def closes_clean(run: Run) -> bool:
     no seal. A ledger call made now, with nothing written after it by its caller, is then
     the commit's last statement (ADR 0051)."""
     return (
-        run._depth == 1
+        run.depth == 1
         and not run.pending
         and run.held_rows is None
         and str(run.instance.status) == run.committed_status
         and run.instance.status not in TERMINAL_STATUSES
         and (run.opened is None or not run.opened.is_open)
     )
+
+
+@contextmanager
+def rows_held(run: Run, hold: bool = True) -> Iterator[None]:
+    """While the block runs (``hold``), a flush that inserts a new step holds its rows
+    for the ledger's call that may dispatch that step (``run.rows_wait``, ADR 0047); the
+    caller sends them alone if no dispatch takes them (:func:`write_held`). Never after
+    the block."""
+    run.rows_wait = hold
+    try:
+        yield
+    finally:
+        run.rows_wait = False
 
 
 def first_writes(run: Run, token: Token, executing: RowWrite) -> RowWrite | StepRows:
