@@ -33,7 +33,9 @@ from .db import (
     model_columns,
     multi_statement,
     rows_as,
+    sent_alone,
     transactions_only,
+    untouched,
 )
 from .errors import (
     AnchorStoreError,
@@ -381,6 +383,7 @@ __all__ = [
     "rows_as",
     "schema_problems",
     "schema_validator",
+    "sent_alone",
     "subject_revision",
     "subject_type_register",
     "subject_types",
@@ -388,4 +391,5 @@ __all__ = [
     "trail_read",
     "trail_verify",
     "transactions_only",
+    "untouched",
 ]

@@ -37,11 +37,12 @@ other tasks (the fallback sweep, one-off tasks) still use django-q2's own queue.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from django.db import connection
 
-from recovery.api import lease_takeable_sql, leases_acquire_sql
+from recovery.api import lease_takeable_sql, leases_acquire_sql, sent_alone, untouched
 
 from .db import engine_commit, engine_dialect
 from .models import Instance
@@ -171,7 +172,8 @@ def runnable_defer(*, instance_id: int, wakeups: int, seconds: float) -> bool:
 def instances_claim(*, holder: str, limit: int, ttl: float) -> list[Claim]:
     """Claim up to ``limit`` runnable instances for ``holder``, their leases taken.
 
-    Owns its commit. On PostgreSQL one statement: pick (``SKIP LOCKED``), lease, return.
+    Owns its commit. On PostgreSQL one statement: pick (``SKIP LOCKED``), lease, return,
+    sent alone in autocommit when called outside any transaction (one round trip).
     On SQLite, whose writers take turns (``BEGIN IMMEDIATE``), two in one transaction.
     """
     d = engine_dialect()
@@ -184,6 +186,7 @@ def instances_claim(*, holder: str, limit: int, ttl: float) -> list[Claim]:
         f"WHERE i.runnable_at <= {now} AND {takeable} "
         f"ORDER BY i.runnable_at LIMIT %s"
     )
+    outermost = not connection.in_atomic_block  # a caller's transaction would go on
     with engine_commit(), connection.cursor() as cursor:
         if d.chained_writes:
             leases, params = leases_acquire_sql(
@@ -192,12 +195,15 @@ def instances_claim(*, holder: str, limit: int, ttl: float) -> list[Claim]:
                 holder=holder,
                 ttl=ttl,
             )
-            cursor.execute(
-                f"WITH picked AS ({pick} {d.skip_locked}), leased AS ({leases}) "
-                f"SELECT picked.id, picked.wakeups, leased.fence FROM picked "
-                f"JOIN leased ON leased.key = {_KEY.format('picked.id')}",
-                [limit, *params],
-            )
+            # The claim's one statement is the whole commit: sent alone in autocommit,
+            # one round trip instead of BEGIN, it and COMMIT (all or nothing by itself).
+            with sent_alone() if outermost and untouched() else nullcontext():
+                cursor.execute(
+                    f"WITH picked AS ({pick} {d.skip_locked}), leased AS ({leases}) "
+                    f"SELECT picked.id, picked.wakeups, leased.fence FROM picked "
+                    f"JOIN leased ON leased.key = {_KEY.format('picked.id')}",
+                    [limit, *params],
+                )
             return [Claim(pk, fence, holder, wakeups) for pk, wakeups, fence in cursor.fetchall()]
         cursor.execute(pick, [limit])
         picked = dict(cursor.fetchall())

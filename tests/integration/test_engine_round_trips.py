@@ -20,9 +20,12 @@ import pytest
 from django.db import connection
 from psycopg import pq
 
+from govflow.engine.db import engine_commit
 from govflow.engine.models import InstanceStatus
+from govflow.engine.queue import instances_claim
 from govflow.engine.services.runtime import instance_run
 from recovery import api
+from recovery.models import Lease
 from tests.flows import action, linear, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,3 +143,21 @@ def test_inside_multi_statement_every_commit_is_a_transaction(settings):
     assert not any(TAIL in sql for t in transactions for sql in t.statements)
     # Each server transaction is BEGIN … COMMIT (the lease's standalone calls aside).
     assert sum(t.statements[:1] == ["BEGIN"] for t in transactions) >= 7, transactions
+
+
+def test_a_claim_is_one_round_trip_and_inside_a_callers_transaction_rolls_back_with_it():
+    first = start(linear(action("s1")))
+    with traced() as transactions:
+        [claim] = instances_claim(holder="worker-1", limit=5, ttl=30)
+    # The one statement (pick, lease, return) is the whole commit: no BEGIN, no COMMIT.
+    assert claim.instance_id == first.pk
+    assert [(t.round_trips, len(t.statements)) for t in transactions] == [(1, 1)]
+    assert Lease.objects.get(key=f"instance:{first.pk}").holder == "worker-1"
+    # Inside a caller's commit the claim joins it (no savepoint), and is not committed
+    # on its own: it rolls back with the caller's.
+    second = start(linear(action("s1")))
+    with pytest.raises(RuntimeError), engine_commit():
+        [taken] = instances_claim(holder="worker-2", limit=5, ttl=30)
+        assert taken.instance_id == second.pk
+        raise RuntimeError("the caller gives up")
+    assert not Lease.objects.filter(key=f"instance:{second.pk}", holder="worker-2").exists()
