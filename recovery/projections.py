@@ -68,12 +68,17 @@ def projection_fingerprint(value: Any) -> str:
     return fingerprint_value(FingerprintKind.PROJECTION, value)
 
 
-def projection_record(*, subject: Subject, projection_fp: str, fence=None) -> int:
+def projection_record(
+    *, subject: Subject, projection_fp: str, fence=None, new: bool = False
+) -> int:
     """Append a ``projection`` checkpoint: the owner's rows changed without a ledger write.
 
     Joins the caller's transaction (the commit that changed the rows). With ``fence``, the
-    append is refused with :class:`StaleFence` unless the fence is still live. Returns the
-    checkpoint's sequence number.
+    append is refused with :class:`StaleFence` unless the fence is still live. With
+    ``new`` the subject was created in this transaction (an instance's start): its chain
+    starts here, after nothing, without reading a head; a chain already there for it is
+    refused as a :class:`ChainConflict`, never appended to. Returns the checkpoint's
+    sequence number.
     """
     from .services.leases import fence_condition
 
@@ -86,7 +91,7 @@ def projection_record(*, subject: Subject, projection_fp: str, fence=None) -> in
                     f"{fence} is no longer the live lease; the projection of {subject} "
                     "was not recorded."
                 )
-        head = chain.read_head(cursor, subject)
+        head = chain.EMPTY if new else chain.read_head(cursor, subject)
         fact: dict[str, Any] = {"fence": fence.fence} if fence is not None else {}
         return chain.append(cursor, subject, head, "projection", fact, projection_fp).seq
 

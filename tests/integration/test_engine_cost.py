@@ -231,3 +231,19 @@ def test_an_instance_start_is_one_transaction():
     transactions = transactions_of(captured.captured_queries)  # no statement outside one
     assert len(transactions) == 1, transactions
     assert instance.runnable_at is not None and instance.created_at is not None
+    # Marked runnable in its own insert (one mark), and its chain starts after nothing:
+    # no UPDATE of the mark, no read of a head a new instance cannot have.
+    assert instance.wakeups == 1
+    sent = transactions[0]
+    assert not any(sql.lstrip().startswith("UPDATE engine_instance") for sql in sent), sent
+    assert not any("SELECT seq, link FROM" in sql for sql in sent), sent
+    assert api.chain_verify(subject=api.Subject("instance", str(instance.pk))).ok
+
+
+def test_a_new_subjects_projection_is_refused_where_a_chain_already_is():
+    """``projection_record(new=True)`` starts a chain without reading its head: if one is
+    there after all (a reused id), it is a conflict, never a chain continued."""
+    subject = api.Subject("instance", "reused-1")
+    api.projection_record(subject=subject, projection_fp="a" * 64, new=True)
+    with pytest.raises(api.ChainConflict):
+        api.projection_record(subject=subject, projection_fp="b" * 64, new=True)

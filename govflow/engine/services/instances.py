@@ -97,6 +97,10 @@ def instance_start(
             created_at=clock(),
             updated_at=clock(),
             next_ordinal=2,
+            # Runnable from its start: the first mark (``queue.instances_mark_runnable``)
+            # made in the insert itself.
+            runnable_at=clock(),
+            wakeups=1,
         )
         start = Token.objects.create(
             instance=instance,
@@ -106,12 +110,13 @@ def instance_start(
             created_at=clock(),
             updated_at=clock(),
         )
-        # The projection is under the chain from its first commit (invariant I12).
+        # The projection is under the chain from its first commit (invariant I12); the
+        # instance is new, so is its chain.
         projection_record(
             subject=instance_subject(instance.pk),
             projection_fp=projection_of(instance, [start]),
+            new=True,
         )
-        instance_mark_runnable(instance.pk)
         instance_started(instance, definition=definition.key, version=definition.version)
         # Read back (the database clock's times, the mark) inside the commit: after it,
         # the read would be a transaction of its own at the server (ADR 0042).
