@@ -135,3 +135,22 @@ def test_a_watch_whose_renewal_the_sleeping_thread_reaches_anyway_does_not_wake_
         keeper.watch(lambda: None, interval=60, what=f"call {number}").done()
     assert woken == []
     first.done()
+
+
+def test_an_idle_thread_sleeps_at_least_a_second_whatever_interval_it_saw():
+    """Leases of a very short TTL must not leave the idle thread waking many times a
+    second for the rest of the process."""
+    keeper = Keepalive()
+    renewed = threading.Event()
+    entry = keeper.watch(renewed.set, interval=0.01, what="short")
+    assert renewed.wait(5)
+    entry.done()
+    # Once it has looked again with nothing to renew, its next wake is a second away.
+    longest = 0.0
+    deadline = time.monotonic() + 5
+    while longest <= 0.5 and time.monotonic() < deadline:
+        with keeper.changed:
+            if not keeper.watches and keeper.wake_at != math.inf:
+                longest = max(longest, keeper.wake_at - time.monotonic())
+        time.sleep(0.005)
+    assert longest > 0.5, longest

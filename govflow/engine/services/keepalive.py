@@ -31,6 +31,10 @@ from recovery.api import ConflictError
 
 __all__ = ["Keepalive", "Watch", "keepalive"]
 
+IDLE_MIN = 1.0
+"""The shortest sleep of an idle keepalive thread, in seconds: leases of a shorter third
+(a TTL under 3 s) wake it at each call instead of keeping it awake many times a second."""
+
 log = logging.getLogger("govflow.engine")
 
 
@@ -67,7 +71,8 @@ class Keepalive:
         self.wake_at = math.inf
         """When the thread wakes next on its own (it sleeps until the soonest renewal)."""
         self.idle = math.inf
-        """How long the thread sleeps with nothing to renew: the shortest interval asked."""
+        """How long the thread sleeps with nothing to renew: the shortest interval asked,
+        and at least :data:`IDLE_MIN` (a watch due sooner than that wakes it)."""
 
     def watch(self, renew: Callable[[], None], *, interval: float, what: str) -> Watch:
         """Keep a lease renewed every ``interval`` seconds until :meth:`Watch.done`.
@@ -116,7 +121,8 @@ class Keepalive:
                     for entry in due:
                         entry.busy = True
                     return due
-                soonest = min((w.due for w in self.watches.values()), default=now + self.idle)
+                idle = max(self.idle, IDLE_MIN)
+                soonest = min((w.due for w in self.watches.values()), default=now + idle)
                 self.wake_at = soonest
                 self.changed.wait(timeout=max(0.0, min(soonest - now, 3600)))
                 self.wake_at = math.inf  # awake: a watch made now is seen when it looks
