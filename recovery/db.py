@@ -35,6 +35,15 @@ class Dialect:
 
     seconds_param: staticmethod
 
+    expected: str
+    """How a fenced row write compares a column with the value it expects, next to the
+    primary key (:func:`recovery.api.fenced_update_row`). On PostgreSQL a comparison an
+    index cannot serve, so the key is the statement's only index condition: with ``=`` the
+    planner could take an index on the expected column — the steps' ``(state, not_before)``
+    — for a row the key already names, and read every row in that state on each write (it
+    did, on tables not yet analysed: one index entry per instance waiting to run). Both
+    dialects compare NULL-safely (SQLite's ``IS``), so an expected NULL means NULL."""
+
     step_call: bool
     """A step's ledger writes — step k observed, step k+1 recorded, both checkpoints — go
     to the server as one call of ``recovery_observe_record`` (PostgreSQL, created by
@@ -47,6 +56,7 @@ _POSTGRES = Dialect(
     plus_seconds="(clock_timestamp() + %s * interval '1 second')",
     share_lock="FOR SHARE",
     seconds_param=staticmethod(lambda seconds: float(seconds)),
+    expected="IS NOT DISTINCT FROM",
     step_call=True,
 )
 _SQLITE = Dialect(
@@ -54,6 +64,7 @@ _SQLITE = Dialect(
     plus_seconds="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)",
     share_lock="",
     seconds_param=staticmethod(lambda seconds: f"{float(seconds):+.6f} seconds"),
+    expected="IS",
     step_call=False,
 )
 _MULTI_STATEMENT: ContextVar[bool] = ContextVar("recovery_multi_statement", default=False)

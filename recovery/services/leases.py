@@ -365,7 +365,7 @@ def _update_sql(model, shape, expect_names, vendor):
         assigned.append(None if now else field)
     expected = [meta.get_field(name) for name in expect_names]
     conditions = [f"{quote(meta.pk.column)} = %s"]
-    conditions += [f"{quote(field.column)} = %s" for field in expected]
+    conditions += [f"{quote(field.column)} {d.expected} %s" for field in expected]
     live = fence_condition(Fence(key="", holder="", fence=1))[0]
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
