@@ -25,9 +25,17 @@ def _number(name: str, default: float, kind: type, what: str) -> float:
         ) from None
 
 
-def env_int(name: str, default: int) -> int:
-    """The whole number in ``name``, or ``default`` when it is unset or empty."""
-    return int(_number(name, default, int, "a whole number"))
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """The whole number in ``name``, or ``default`` when it is unset or empty; below
+    ``minimum`` it is refused."""
+    value = int(_number(name, default, int, "a whole number"))
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(
+            f"{name}={value} is below {minimum}. Set it to a whole number of at least "
+            f"{minimum} (for example {default}) or unset it to use that default; see "
+            "docs/deployment.md."
+        )
+    return value
 
 
 def env_float(name: str, default: float) -> float:

@@ -60,16 +60,39 @@ def test_a_number_setting_that_is_not_a_number_names_the_variable_and_the_fix():
     assert "ValueError" not in done.stderr
 
 
+def settings_read(expression: str, **env) -> list[str]:
+    """The lines ``manage.py shell`` printed for ``print('read:', <expression>)`` under
+    the production settings with ``env``."""
+    shown = manage(
+        "shell",
+        "-c",
+        f"from django.conf import settings; print('read:', {expression})",
+        **dict(PROD_ENV, **env),
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout.splitlines()
+
+
 def test_a_whole_number_setting_refuses_decimals_and_an_empty_one_keeps_its_default():
     done = manage("check", **dict(PROD_ENV, GOVFLOW_Q_WORKERS="2.5"))
     assert done.returncode != 0
     assert "GOVFLOW_Q_WORKERS='2.5' is not a whole number" in done.stderr
-    shown = manage(
-        "shell",
-        "-c",
-        "from django.conf import settings; print('read:', settings.Q_CLUSTER['workers'], "
-        "settings.GOVFLOW_LEASE_TTL)",
-        **dict(PROD_ENV, GOVFLOW_Q_WORKERS=" ", GOVFLOW_LEASE_TTL="12.5"),
+    shown = settings_read(
+        "settings.Q_CLUSTER['workers'], settings.GOVFLOW_LEASE_TTL",
+        GOVFLOW_Q_WORKERS=" ",
+        GOVFLOW_LEASE_TTL="12.5",
     )
-    assert shown.returncode == 0, shown.stderr
-    assert "read: 2 12.5" in shown.stdout.splitlines()
+    assert "read: 2 12.5" in shown
+
+
+def test_worker_recycling_is_rare_by_default_and_a_negative_limit_is_refused():
+    """A worker process is replaced after GOVFLOW_Q_RECYCLE runs or past GOVFLOW_Q_MAX_RSS
+    KiB of memory (0: never); django-q2's 500 drained and restarted a busy worker every few
+    seconds. A negative memory limit would replace it after every task: refused."""
+    assert "read: 20000 524288" in settings_read(
+        "settings.Q_CLUSTER['recycle'], settings.Q_CLUSTER['max_rss']"
+    )
+    assert "read: None" in settings_read("settings.Q_CLUSTER['max_rss']", GOVFLOW_Q_MAX_RSS="0")
+    done = manage("check", **dict(PROD_ENV, GOVFLOW_Q_MAX_RSS="-1"))
+    assert done.returncode != 0
+    assert "GOVFLOW_Q_MAX_RSS=-1 is below 0" in done.stderr
