@@ -222,15 +222,20 @@ def test_a_claimed_run_needs_no_commit_after_the_one_that_ended_it():
     assert instances_claim(holder="pusher-1", limit=1, ttl=30) == []
 
 
-def test_an_instance_start_is_one_transaction():
-    """The start reads its row back inside its commit (ADR 0042): after it, the read would
-    be a transaction of its own at the server."""
+def test_an_instance_start_is_one_transaction_and_reads_nothing_back():
+    """The start is one transaction (ADR 0042: a read after its commit would be one of its
+    own at the server), and the instance it returns is the row it wrote: the database
+    clock is read once and written as a value, so nothing is read back."""
     definition = definition_publish(document=linear(action("s1")))
     with CaptureQueriesContext(connection) as captured:
         instance = instance_start(definition=definition, variables={"value": "v1"})
     transactions = transactions_of(captured.captured_queries)  # no statement outside one
     assert len(transactions) == 1, transactions
-    assert instance.runnable_at is not None and instance.created_at is not None
+    stored = Instance.objects.get(pk=instance.pk)
+    fields = [f.attname for f in Instance._meta.concrete_fields]
+    assert {f: getattr(instance, f) for f in fields} == {f: getattr(stored, f) for f in fields}
+    assert instance.runnable_at == instance.created_at == stored.tokens.get().created_at
+    assert not any('FROM "engine_instance"' in sql for sql in transactions[0]), transactions
     # Marked runnable in its own insert (one mark), and its chain starts after nothing:
     # no UPDATE of the mark, no read of a head a new instance cannot have.
     assert instance.wakeups == 1

@@ -11,6 +11,7 @@ from recovery.api import (
     Verification,
     fingerprint_value,
     incident_open,
+    insert_row,
     lease_acquire,
     lease_release,
     lease_release_if_held,
@@ -19,7 +20,7 @@ from recovery.api import (
 )
 
 from ..conf import operator_lease_ttl
-from ..db import clock, engine_commit
+from ..db import clock, clock_read, engine_commit
 from ..definitions import case_text, case_values, schema_errors
 from ..emit import instance_started
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
@@ -86,7 +87,10 @@ def instance_start(
     variables = {} if variables is None else variables
     access = _admitted_start(definition, variables, tenant, actor, access)
     with engine_commit():
-        instance = Instance.objects.create(
+        # The database clock, read once: the instance's and its start step's times and its
+        # runnable mark are its value, so nothing is read back after the inserts.
+        now = clock_read()
+        instance = Instance(
             definition=definition,
             definition_fp=definition.fingerprint,
             tenant=tenant,
@@ -94,22 +98,24 @@ def instance_start(
             access=access,
             started_by=actor,
             **_case(definition, variables),
-            created_at=clock(),
-            updated_at=clock(),
+            created_at=now,
+            updated_at=now,
             next_ordinal=2,
             # Runnable from its start: the first mark (``queue.instances_mark_runnable``)
             # made in the insert itself.
-            runnable_at=clock(),
+            runnable_at=now,
             wakeups=1,
         )
-        start = Token.objects.create(
+        insert_row(instance)
+        start = Token(
             instance=instance,
             node_id=spec_of(definition).start,
             ordinal=1,
             state=TokenState.READY,
-            created_at=clock(),
-            updated_at=clock(),
+            created_at=now,
+            updated_at=now,
         )
+        insert_row(start)
         # The projection is under the chain from its first commit (invariant I12); the
         # instance is new, so is its chain.
         projection_record(
@@ -118,9 +124,6 @@ def instance_start(
             new=True,
         )
         instance_started(instance, definition=definition.key, version=definition.version)
-        # Read back (the database clock's times, the mark) inside the commit: after it,
-        # the read would be a transaction of its own at the server (ADR 0042).
-        instance.refresh_from_db()
     return instance
 
 
