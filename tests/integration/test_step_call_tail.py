@@ -20,6 +20,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from recovery import api, chain
+from recovery.models import Operation
 from recovery.testing import fingerprints
 from tests.integration.test_lone_calls import (
     _add_checkpoint_past_the_head,
@@ -152,6 +153,76 @@ def test_a_step_on_a_stale_fence_changes_nothing(subject, fence, path):
     with pytest.raises(api.StaleFence) as refused:
         chained(subject, fence, op, 3)
     assert refused.value.ledger_write == "observe"
+    assert standing(subject) == before
+
+
+@pytest.mark.parametrize(
+    ("state", "allowed"), [("pending", True), ("failed", True), ("succeeded", False)]
+)
+def test_the_next_operation_of_the_same_effect_sees_the_step_as_it_moves_it(
+    subject, fence, path, state, allowed
+):
+    """A poll of a pending provider or a retry after a failure is a new operation of the
+    same effect (its idempotency key); after a success it would be a second effect. The
+    check sees step k's operation as this very call moves it, not as it stood before."""
+    op = recorded(subject, fence, 1)
+    _, op = chained(subject, fence, op, 2)  # the run's mark now covers what it wrote
+    effect = next_step(subject, fence, 2)["idempotency_fp"]  # step 2's own
+    again = {**next_step(subject, fence, 3), "idempotency_fp": effect}
+    observation = api.Observation(key=op.key, state=state, fence=fence, result={"n": 2})
+    before = standing(subject)
+    with CaptureQueriesContext(connection) as captured:
+        if allowed:
+            done, after = api.operation_observe_record(
+                observation=observation, record=again, projection_fp="", last=True
+            )
+            assert (done.state, after.state, after.chain_seq) == (state, "dispatched", 5)
+            assert api.chain_verify(subject).ok
+        else:
+            with pytest.raises(api.LedgerDisagrees) as refused:
+                api.operation_observe_record(
+                    observation=observation, record=again, projection_fp="", last=True
+                )
+            assert refused.value.ledger_write == "record"
+            assert standing(subject) == before
+    if one_call(path):
+        assert any(TAIL in sql for sql in sqls(captured))
+
+
+def test_an_unsettled_operation_of_the_same_effect_refuses_only_the_next_dispatch(
+    subject, fence, path
+):
+    op = recorded(subject, fence, 1)
+    _, op = chained(subject, fence, op, 2)
+    other = api.Subject(subject.type, f"{subject.id}-other")
+    in_flight = recorded(other, api.lease_acquire(key=f"lease:{other}", holder="w", ttl=60), 7)
+    effect = Operation.objects.get(key=in_flight.key).idempotency_fp
+    before = standing(subject)
+    observation = api.Observation(key=op.key, state="succeeded", fence=fence, result={"n": 2})
+    with pytest.raises(api.LedgerDisagrees) as refused:
+        api.operation_observe_record(
+            observation=observation,
+            record={**next_step(subject, fence, 3), "idempotency_fp": effect},
+            projection_fp="",
+            last=True,
+        )
+    assert refused.value.ledger_write == "record"
+    assert standing(subject) == before, "the observation rolled back with the refused dispatch"
+
+
+def test_a_key_recorded_before_is_refused_after_the_tail(subject, fence, path):
+    op = recorded(subject, fence, 1)
+    _, op = chained(subject, fence, op, 2)
+    again = next_step(subject, fence, 3)
+    earlier = api.operation_record(**again)
+    api.operation_observe(key=earlier.key, state="failed", fence=fence)
+    before = standing(subject)
+    observation = api.Observation(key=op.key, state="succeeded", fence=fence, result={"n": 2})
+    with pytest.raises(api.OperationExists) as refused:
+        api.operation_observe_record(
+            observation=observation, record=again, projection_fp="", last=True
+        )
+    assert refused.value.ledger_write == "record"
     assert standing(subject) == before
 
 
