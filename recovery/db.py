@@ -226,17 +226,20 @@ def insert_row(obj) -> object:
         "pk" if field.primary_key and value is None else "now" if isinstance(value, Now) else ""
         for field, value in zip(meta.concrete_fields, values, strict=True)
     )
-    sql = _insert_sql(type(obj), shape, connection.vendor)
+    # The connection itself, looked up once: each field asks it several questions per
+    # value, and through the ``connection`` proxy each is a thread-local look-up.
+    db = connections[DEFAULT_DB_ALIAS]
+    sql = _insert_sql(type(obj), shape, db.vendor)
     params = [
-        field.get_db_prep_save(value, connection)
+        field.get_db_prep_save(value, db)
         for field, value, kind in zip(meta.concrete_fields, values, shape, strict=True)
         if not kind
     ]
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         obj.pk = cursor.fetchone()[0]
     obj._state.adding = False
-    obj._state.db = connection.alias
+    obj._state.db = db.alias
     return obj.pk
 
 

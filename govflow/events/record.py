@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models.functions import Now
 
 from recovery.api import dialect, insert_row
@@ -59,15 +59,14 @@ def _insert_numbered(event: Event) -> None:
     """The sequence number's upsert and the event's row as one statement (PostgreSQL,
     ADR 0044): the same two writes as :func:`_next_seq` and ``insert_row``, one round trip."""
     fields = _event_fields()
+    db = connections[DEFAULT_DB_ALIAS]  # once: the fields ask it per value (insert_row)
     params = [event.instance_id]
-    params += [
-        field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields
-    ]
-    with connection.cursor() as cursor:
+    params += [field.get_db_prep_save(getattr(event, field.attname), db) for field in fields]
+    with db.cursor() as cursor:
         cursor.execute(_numbered_sql(), params)
         event.pk, event.seq, event.created_at = cursor.fetchone()
     event._state.adding = False
-    event._state.db = connection.alias
+    event._state.db = db.alias
 
 
 def _event_fields() -> list:
