@@ -210,6 +210,13 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
         label = f"{_who(gfr)}: steps/s"
         ratio = gfr["steps_per_s"] / dbr["steps_per_s"]
         out(_row(label, _f(gfr["steps_per_s"]), _f(dbr["steps_per_s"]), f"{ratio:.2f}x"))
+        ratios = gfr.get("pair_ratios", [])
+        if len(ratios) > 1:
+            kept = gfr["pair_kept"]
+            shown = ", ".join(
+                f"[{r:.2f}x]" if i == kept else f"{r:.2f}x" for i, r in enumerate(ratios)
+            )
+            out(f"    pairs run back to back: {shown} (the median pair [in brackets] is shown)")
         out(_row("  run seconds", _f(gfr["seconds"]), _f(dbr["seconds"])))
         out(
             _row(

@@ -63,6 +63,9 @@ class Config:
     throughput_runs: tuple[int | None, ...] = (None,)
     """GOVFLOW_WORKER_RUNS of the throughput runs, each measured per worker count (None:
     the engine's default, not set)."""
+    throughput_pairs: int = 1
+    """Runs of GovFlow and DBOS, one after the other, per worker count: the pair whose
+    ratio is the median is reported, every pair's ratio printed beside it."""
     growth: Any = None
     """The cost-growth runs (:class:`bench.engine.growth.Plan`)."""
 
@@ -92,13 +95,25 @@ def _per_step(before: Counters, after: Counters, steps: int, driver_queries: int
     }
 
 
+def _nth(pair: int) -> str:
+    """The suffix of a throughput run's database and logs: none for the first pair."""
+    return f"_p{pair}" if pair > 1 else ""
+
+
 # -- GovFlow -------------------------------------------------------------------------------
 
 
 def govflow_throughput(
-    server: Server, cfg: Config, workers: int, *, detail: bool, worker_runs: int | None = None
+    server: Server,
+    cfg: Config,
+    workers: int,
+    *,
+    detail: bool,
+    worker_runs: int | None = None,
+    pair: int = 1,
 ) -> dict:
-    name = f"gf_tput_{workers}" + (f"_k{worker_runs}" if worker_runs else "")
+    """One throughput run; ``pair`` > 1 names its database and logs apart (``--pairs``)."""
+    name = f"gf_tput_{workers}" + (f"_k{worker_runs}" if worker_runs else "") + _nth(pair)
     url = server.create_database(name, template="gf_template")
     gf.use_database(name)
     definition = gf.publish(gf.five_noops_document())
@@ -442,16 +457,15 @@ def _stop_holding(cluster, ids: list[int], poller) -> tuple[float, dict[str, int
 # -- DBOS ----------------------------------------------------------------------------------
 
 
-def dbos_throughput(server: Server, cfg: Config, workers: int) -> dict:
-    name = f"dbos_tput_{workers}"
+def dbos_throughput(server: Server, cfg: Config, workers: int, pair: int = 1) -> dict:
+    name = f"dbos_tput_{workers}{_nth(pair)}"
     url = server.create_database(name)
-    pool = dbos.Workers(
-        url=url, count=workers, settings=cfg.dbos, tag=f"tput{workers}", log_dir=cfg.log_dir
-    )
+    tag = f"tput{workers}{_nth(pair)}"  # a worker's log is its readiness: one per run
+    pool = dbos.Workers(url=url, count=workers, settings=cfg.dbos, tag=tag, log_dir=cfg.log_dir)
     pool.wait_ready()
     progress = dbos.Progress(url)
     try:
-        enqueue_log = cfg.log_dir / f"dbos-tput{workers}-enqueue.log"
+        enqueue_log = cfg.log_dir / f"dbos-{tag}-enqueue.log"
         warm = cfg.warmup_per_worker * workers
         dbos.enqueue(url, "warm", warm, cfg.dbos.enqueue_threads, enqueue_log)
         progress.wait_done("warm", warm, timeout=SETTLE_TIMEOUT, groups=pool.groups)
