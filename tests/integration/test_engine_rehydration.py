@@ -72,6 +72,12 @@ def test_an_executing_step_that_never_dispatched_is_ready_again_with_the_next_at
     assert len(effects.effects()) == 1
 
 
+DEAD_TTL = 2.0
+"""The lease TTL of a run whose worker is killed: the tests wait for its expiry (a
+condition, not a time), and a busy machine must still make the run's first commit and
+the look that finds the lease held within it (0.5 s was once too short in CI)."""
+
+
 def killed_after_dispatch(monkeypatch, **changes):
     """An instance whose worker died right after the provider did its effect."""
 
@@ -92,7 +98,7 @@ def killed_after_dispatch(monkeypatch, **changes):
 def test_an_executing_step_that_dispatched_becomes_outcome_unknown_without_a_call(
     monkeypatch, settings
 ):
-    settings.GOVFLOW_LEASE_TTL = 0.5
+    settings.GOVFLOW_LEASE_TTL = DEAD_TTL
     instance, write, calls = killed_after_dispatch(monkeypatch)
     assert token_of(instance, "a").state == TokenState.EXECUTING
     assert op_states(instance) == ["dispatched"]
@@ -142,7 +148,7 @@ def test_the_sweep_fires_timers_that_fell_due_while_everything_was_down(settings
 
 
 def test_the_sweep_requeues_an_instance_left_by_a_dead_worker(monkeypatch, settings):
-    settings.GOVFLOW_LEASE_TTL = 0.5
+    settings.GOVFLOW_LEASE_TTL = DEAD_TTL
     instance, _, _ = killed_after_dispatch(monkeypatch)
     Instance.objects.filter(pk=instance.pk).update(runnable_at=None)  # nothing marked it
     revision = api.subject_revision(api.Subject("govflow.instance", str(instance.pk)))
@@ -156,7 +162,7 @@ def test_the_sweep_requeues_an_instance_left_by_a_dead_worker(monkeypatch, setti
 def test_cancelling_after_a_dead_worker_records_the_outcome_as_unknown(
     monkeypatch, settings, django_user_model
 ):
-    settings.GOVFLOW_LEASE_TTL = 0.5
+    settings.GOVFLOW_LEASE_TTL = DEAD_TTL
     operator = user_with(django_user_model, "operator", "engine.operate_instance")
     instance, _, calls = killed_after_dispatch(monkeypatch)
     wait_until_expired(instance_lease_key(instance.pk))
