@@ -207,14 +207,11 @@ def atomic():
     return transaction.atomic(savepoint=not _JOINED.get())
 
 
-def insert_row(obj) -> object:
-    """INSERT one model instance as plain SQL; set and return its primary key.
-
-    For hot paths that create a row per step: the ORM's ``save``/``bulk_create`` compile
-    every value, which costs more than the round trip. Values are the fields' plain values
-    or ``Now()`` (the database clock); anything else is refused (use the ORM). The
-    statement's text is built once per model and shape (which values are ``Now()``).
-    """
+def insert_statement(obj) -> tuple[str, list[object]]:
+    """:func:`insert_row`'s statement for ``obj`` as ``(sql, params)``, not run:
+    ``INSERT … RETURNING`` its primary key (for a caller that sends it as a part of its
+    own statement). Values are the fields' plain values or ``Now()`` (the database clock);
+    anything else is refused (use the ORM)."""
     from django.db.models.functions import Now
 
     meta = type(obj)._meta
@@ -229,12 +226,24 @@ def insert_row(obj) -> object:
     # The connection itself, looked up once: each field asks it several questions per
     # value, and through the ``connection`` proxy each is a thread-local look-up.
     db = connections[DEFAULT_DB_ALIAS]
-    sql = _insert_sql(type(obj), shape, db.vendor)
     params = [
         field.get_db_prep_save(value, db)
         for field, value, kind in zip(meta.concrete_fields, values, shape, strict=True)
         if not kind
     ]
+    return _insert_sql(type(obj), shape, db.vendor), params
+
+
+def insert_row(obj) -> object:
+    """INSERT one model instance as plain SQL; set and return its primary key.
+
+    For hot paths that create a row per step: the ORM's ``save``/``bulk_create`` compile
+    every value, which costs more than the round trip. The values as
+    :func:`insert_statement` takes them; the statement's text is built once per model and
+    shape (which values are ``Now()``).
+    """
+    sql, params = insert_statement(obj)
+    db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         obj.pk = cursor.fetchone()[0]

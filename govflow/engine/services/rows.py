@@ -19,24 +19,20 @@ commit sends its row (``settle.succeed`` asks for it on the plain path of an act
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import Model
-from django.db.models.functions import Now
+from django.db import connection
 
-from recovery.api import Fence, RowWrite, dialect, lease_require_live
+from recovery.api import Fence, RowWrite, dialect, insert_statement, lease_require_live
 
 from ..models import Token
 
 __all__ = [
     "StepRows",
-    "insert_sql",
     "rows_in_one",
     "separate_rows",
     "unsaved_key",
@@ -64,41 +60,6 @@ def separate_rows() -> Iterator[None]:
         yield
     finally:
         _SEPARATE.reset(token)
-
-
-def insert_sql(obj: Model) -> tuple[str, list[Any]]:
-    """``recovery.api.insert_row``'s statement for ``obj`` as ``(sql, params)``, not run:
-    ``INSERT … RETURNING`` its primary key, plain values or ``Now()``."""
-    meta = type(obj)._meta
-    values = [getattr(obj, field.attname) for field in meta.concrete_fields]
-    shape = tuple(
-        "pk" if field.primary_key and value is None else "now" if isinstance(value, Now) else ""
-        for field, value in zip(meta.concrete_fields, values, strict=True)
-    )
-    if any(hasattr(v, "resolve_expression") for v, k in zip(values, shape, strict=True) if not k):
-        raise TypeError(f"insert_sql: {meta.label} holds an expression; use the ORM")
-    db = connections[DEFAULT_DB_ALIAS]  # looked up once: the fields ask it per value
-    params = [
-        field.get_db_prep_save(value, db)
-        for field, value, kind in zip(meta.concrete_fields, values, shape, strict=True)
-        if not kind
-    ]
-    return _insert_text(type(obj), shape, db.vendor), params
-
-
-@functools.lru_cache(maxsize=16)
-def _insert_text(model: type[Model], shape: tuple[str, ...], vendor: str) -> str:
-    meta = model._meta
-    quote = connection.ops.quote_name
-    columns, values = [], []
-    for field, kind in zip(meta.concrete_fields, shape, strict=True):
-        if kind != "pk":
-            columns.append(quote(field.column))
-            values.append(dialect().now if kind == "now" else "%s")
-    return (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
-        f"VALUES ({', '.join(values)}) RETURNING {quote(meta.pk.column)}"
-    )
 
 
 @dataclass(eq=False)
@@ -131,7 +92,7 @@ class StepRows:
             params += part_params
             results.append(f"(SELECT count(*) FROM move_{number})")
         if self.token is not None:
-            sql, part_params = insert_sql(self.token)
+            sql, part_params = insert_statement(self.token)
             parts.append(f"new_step AS ({sql})")
             params += part_params
             results.append("(SELECT id FROM new_step)")
