@@ -38,6 +38,16 @@ def chain_marks():
     marks_clear()
 
 
+@pytest.fixture(autouse=True)
+def language_reset():
+    """A test client's request in German (the language cookie) leaves German active in
+    the thread after it; the next test starts in the default language again."""
+    from django.utils import translation
+
+    yield
+    translation.deactivate()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def projection_checked():
     """Every fingerprint a run keeps (ADR 0044) is compared with a whole recomputation, so
