@@ -138,7 +138,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--targets-json", metavar="PATH", help="also write the targets to PATH (for bench/run.py)"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    runs = [k.strip() for k in (args.runs or "").split(",") if k.strip()]
+    if not all(k.isdigit() and int(k) > 0 for k in runs):
+        parser.error(f"--runs takes positive whole numbers separated by commas, not {args.runs!r}")
+    repeated = sorted({k for k in runs if runs.count(k) > 1}, key=int)
+    if repeated:
+        # Each K's run has its own database and logs, named by K: a second run of the same K
+        # would take over the first one's, and its anchors would read as a restored database.
+        parser.error(
+            f"--runs lists K={', '.join(repeated)} more than once; give each K once "
+            "and use --pairs N to measure every K N times"
+        )
+    return args
 
 
 def config(args: argparse.Namespace, log_dir: Path) -> scenarios.Config:

@@ -81,6 +81,7 @@ from .projections import (
     projection_read,
     projection_record,
     projection_register,
+    projection_start_statement,
 )
 from .schemas import schema_problems, schema_validator
 from .selectors import (
@@ -380,6 +381,7 @@ __all__ = [
     "projection_read",
     "projection_record",
     "projection_register",
+    "projection_start_statement",
     "provider_findings",
     "revision_require",
     "rows_as",

@@ -18,6 +18,7 @@ recovery core never learns what the projection contains.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
@@ -35,6 +36,7 @@ __all__ = [
     "projection_read",
     "projection_record",
     "projection_register",
+    "projection_start_statement",
 ]
 
 Reader = Callable[[str], str]
@@ -94,6 +96,33 @@ def projection_record(
         head = chain.EMPTY if new else chain.read_head(cursor, subject)
         fact: dict[str, Any] = {"fence": fence.fence} if fence is not None else {}
         return chain.append(cursor, subject, head, "projection", fact, projection_fp).seq
+
+
+@dataclass(frozen=True)
+class ChainStart:
+    """:func:`projection_record` ``(new=True)``'s ``INSERT``, not run (``sql``, ``params``).
+
+    For an owner that creates the subject and starts its chain in one statement of its own
+    (the engine's instance start on PostgreSQL: a part of its ``WITH``). The checkpoint is
+    the same row, link included. A chain already there for the subject makes the statement
+    fail on the chain's (subject, seq) constraint: :meth:`conflict` turns that failure into
+    the :class:`ChainConflict` ``projection_record`` raises.
+    """
+
+    subject: Subject
+    sql: str
+    params: list[Any]
+
+    def conflict(self, exc: Exception) -> Exception | None:
+        """The :class:`ChainConflict` an ``IntegrityError`` of the statement holding this
+        insert stands for, or None when another of its constraints failed."""
+        return chain.conflict_of(exc, self.subject, chain.EMPTY.seq + 1)
+
+
+def projection_start_statement(subject: Subject, projection_fp: str) -> ChainStart:
+    """The first checkpoint of a new subject's chain as :class:`ChainStart`, not written."""
+    checkpoint = chain.prepare(subject, chain.EMPTY, "projection", {}, projection_fp)
+    return ChainStart(subject, *chain.insert_statement(checkpoint))
 
 
 def projection_head_sql(subject: Subject) -> tuple[str, list[Any]]:

@@ -39,6 +39,7 @@ __all__ = [
     "engine_commit",
     "engine_dialect",
     "engine_read",
+    "next_id_and_clock",
 ]
 
 
@@ -81,6 +82,11 @@ class EngineDialect:
 
     list_param: Callable[[Sequence[object]], object]
 
+    next_id: str
+    """An expression for a table's next primary key, taken before its row is inserted,
+    with the table and the key column as its two parameters (PostgreSQL: the identity's
+    sequence). Empty where the key is known only once the row is (SQLite)."""
+
     @property
     def now(self) -> str:
         """The database clock when the statement runs (recovery's)."""
@@ -99,6 +105,7 @@ _POSTGRES = dict(
     chained_writes=True,
     reads_grouped=True,
     list_param=list,
+    next_id="nextval(pg_get_serial_sequence(%s, %s))",
 )
 _SQLITE = dict(
     id_in="IN (SELECT value FROM json_each(%s))",
@@ -107,6 +114,7 @@ _SQLITE = dict(
     chained_writes=False,
     reads_grouped=False,
     list_param=lambda values: json.dumps(list(values)),
+    next_id="",
 )
 
 
@@ -153,7 +161,26 @@ def clock_read() -> dt.datetime:
     with default_connection.cursor() as cursor:
         # An empty parameter list makes the backend unescape the '%%' of SQLite's strftime.
         cursor.execute(f"SELECT {engine_dialect().now}", [])
-        value = cursor.fetchone()[0]
+        return _clock_value(cursor.fetchone()[0])
+
+
+def next_id_and_clock(model) -> tuple[int, dt.datetime]:
+    """A new primary key for ``model``'s next row and the database clock, in one read
+    (``EngineDialect.next_id``: PostgreSQL only). A key taken and never used is a gap,
+    as a rolled-back insert leaves one."""
+    dialect = engine_dialect()
+    if not dialect.next_id:
+        raise NotImplementedError("this database assigns a key only when its row is inserted")
+    with default_connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {dialect.next_id}, {dialect.now}",
+            [model._meta.db_table, model._meta.pk.column],
+        )
+        pk, now = cursor.fetchone()
+    return pk, _clock_value(now)
+
+
+def _clock_value(value) -> dt.datetime:
     if isinstance(value, str):  # SQLite: 'YYYY-MM-DD HH:MM:SS.SSS' in UTC
         value = dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
     return value

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from govflow.events.record import EventType, event_record
+from govflow.events.record import EventType, event_parts, event_record
 
 from .models import Incident, Instance, Token
 from .projection import SUBJECT_TYPE
@@ -28,10 +28,12 @@ __all__ = [
     "incident_opened",
     "incident_resolved",
     "instance_started",
+    "instance_started_parts",
     "integrity_incident_opened",
     "integrity_incident_resolved",
     "moves_a_handoff",
     "status_changed",
+    "status_changed_parts",
     "token_moved",
 ]
 
@@ -52,9 +54,33 @@ def _emit(instance: Instance, type: str, **data: Any) -> None:
     )
 
 
+def _parts(instance: Instance, type: str, **data: Any) -> tuple[list[str], list[object]]:
+    """:func:`_emit`'s event as ``WITH`` parts, not written (``events.record.event_parts``)."""
+    return event_parts(
+        type=type,
+        instance_id=instance.pk,
+        tenant=instance.tenant,
+        data={"instance": instance.pk, **data},
+    )
+
+
 def instance_started(instance: Instance, *, definition: str, version: int) -> None:
     """``instance.started`` (needs the start's commit)."""
     _emit(
+        instance,
+        EventType.INSTANCE_STARTED,
+        definition=definition,
+        version=version,
+        status=str(instance.status),
+    )
+
+
+def instance_started_parts(
+    instance: Instance, *, definition: str, version: int
+) -> tuple[list[str], list[object]]:
+    """:func:`instance_started`'s writes as ``WITH`` parts of the start's one statement
+    (PostgreSQL, ADR 0058; ``events.record.event_parts``), not run."""
+    return _parts(
         instance,
         EventType.INSTANCE_STARTED,
         definition=definition,
@@ -69,9 +95,25 @@ def status_changed(run, before: str) -> None:
     Ended: ``instance.<status>``; blocked: ``step.blocked`` with the steps that stopped;
     moving again after a block: ``step.unblocked``. Running and waiting are no events.
     """
+    found = _status_event(run, before)
+    if found is not None:
+        _emit(run.instance, found[0], **found[1])
+
+
+def status_changed_parts(run, before: str) -> tuple[list[str], list[object]] | None:
+    """:func:`status_changed`'s event as ``WITH`` parts, not written (PostgreSQL): for the
+    commit that ends an instance, in the statement of its lease's release (ADR 0059).
+    None when the move is no event."""
+    found = _status_event(run, before)
+    if found is None:
+        return None
+    return _parts(run.instance, found[0], **found[1])
+
+
+def _status_event(run, before: str) -> tuple[str, dict[str, Any]] | None:
     after = str(run.instance.status)
     if after == before:
-        return
+        return None
     # Read from the document with .get: a run that stops because its stored definition
     # was changed or garbled (ADR 0008) still emits its event.
     key, version = run.spec.document.get("key"), run.spec.document.get("version")
@@ -82,14 +124,15 @@ def status_changed(run, before: str) -> None:
         "previous_status": before,
     }
     if after in _ENDED:
-        _emit(run.instance, _ENDED[after], **common)
-    elif after == InstanceStatus.BLOCKED:
+        return _ENDED[after], common
+    if after == InstanceStatus.BLOCKED:
         steps = sorted(
             {t.node_id for t in run.active.values() if t.pk in run.blocked or t.state in _STOPPED}
         )
-        _emit(run.instance, EventType.STEP_BLOCKED, steps=steps, **common)
-    elif before == InstanceStatus.BLOCKED:
-        _emit(run.instance, EventType.STEP_UNBLOCKED, **common)
+        return EventType.STEP_BLOCKED, {"steps": steps, **common}
+    if before == InstanceStatus.BLOCKED:
+        return EventType.STEP_UNBLOCKED, common
+    return None
 
 
 def moves_a_handoff(token: Token, expected: str, target: str, wait_kind: Any) -> bool:

@@ -19,7 +19,7 @@ from recovery.api import dialect, insert_row
 
 from .models import Event, EventCounter, EventType
 
-__all__ = ["EventType", "event_record"]
+__all__ = ["EventType", "event_parts", "event_record"]
 
 _SAFE = (str, int, bool, type(None))
 _TYPES = frozenset(EventType.values)  # ``values`` builds a new list at every access
@@ -34,17 +34,7 @@ def event_record(
     lists of them; anything else (a mapping, a float, an object) is refused, so that no
     input, output or error text travels by mistake.
     """
-    if type not in _TYPES:
-        raise ValueError(f"{type!r} is not an event type: one of {', '.join(EventType.values)}.")
-    body = dict(data or {})
-    for name, value in body.items():
-        items = value if isinstance(value, list) else [value]
-        if not all(isinstance(item, _SAFE) for item in items):
-            raise ValueError(
-                f"Event data {name!r} must be ids, names or states, not {value!r}: events "
-                "never carry inputs, outputs or error texts."
-            )
-    event = Event(type=type, tenant=tenant, instance_id=instance_id, data=body)
+    event = _event(type, instance_id, tenant, data)
     if connection.vendor == "postgresql":
         _insert_numbered(event)
         return event
@@ -55,18 +45,48 @@ def event_record(
     return event
 
 
+def event_parts(
+    *, type: str, instance_id: int, tenant: str, data: Mapping[str, Any] | None = None
+) -> tuple[list[str], list[object]]:
+    """:func:`event_record`'s writes on PostgreSQL as ``WITH`` parts, not run, and their
+    parameters: ``numbered`` (the instance's next sequence number) and ``event`` (the row,
+    ``RETURNING id, seq, created_at``), for a caller that sends them in its own statement
+    (an instance's start, ADR 0058; an ending, ADR 0059). The same checks of ``data`` first."""
+    return list(_numbered_parts()), _numbered_params(_event(type, instance_id, tenant, data))
+
+
+def _event(type: str, instance_id: int, tenant: str, data: Mapping[str, Any] | None) -> Event:
+    if type not in _TYPES:
+        raise ValueError(f"{type!r} is not an event type: one of {', '.join(EventType.values)}.")
+    body = dict(data or {})
+    for name, value in body.items():
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, _SAFE) for item in items):
+            raise ValueError(
+                f"Event data {name!r} must be ids, names or states, not {value!r}: events "
+                "never carry inputs, outputs or error texts."
+            )
+    return Event(type=type, tenant=tenant, instance_id=instance_id, data=body)
+
+
 def _insert_numbered(event: Event) -> None:
     """The sequence number's upsert and the event's row as one statement (PostgreSQL,
     ADR 0044): the same two writes as :func:`_next_seq` and ``insert_row``, one round trip."""
-    fields = _event_fields()
-    db = connections[DEFAULT_DB_ALIAS]  # once: the fields ask it per value (insert_row)
-    params = [event.instance_id]
-    params += [field.get_db_prep_save(getattr(event, field.attname), db) for field in fields]
+    db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        cursor.execute(_numbered_sql(), params)
+        cursor.execute(_numbered_sql(), _numbered_params(event))
         event.pk, event.seq, event.created_at = cursor.fetchone()
     event._state.adding = False
     event._state.db = db.alias
+
+
+def _numbered_params(event: Event) -> list[object]:
+    db = connections[DEFAULT_DB_ALIAS]  # once: the fields ask it per value (insert_row)
+    params: list[object] = [event.instance_id]
+    params += [
+        field.get_db_prep_save(getattr(event, field.attname), db) for field in _event_fields()
+    ]
+    return params
 
 
 def _event_fields() -> list:
@@ -74,18 +94,24 @@ def _event_fields() -> list:
 
 
 @functools.cache
-def _numbered_sql() -> str:
+def _numbered_parts() -> tuple[str, str]:
     quote = connection.ops.quote_name
     counter = quote(EventCounter._meta.db_table)
     columns = [quote(f.column) for f in _event_fields()]
     return (
-        f"WITH numbered AS (INSERT INTO {counter} (instance_id, last_seq) VALUES (%s, 1) "
+        f"numbered AS (INSERT INTO {counter} (instance_id, last_seq) VALUES (%s, 1) "
         f"ON CONFLICT (instance_id) DO UPDATE SET last_seq = {counter}.last_seq + 1 "
-        f"RETURNING last_seq) INSERT INTO {quote(Event._meta.db_table)} "
+        "RETURNING last_seq)",
+        f"event AS (INSERT INTO {quote(Event._meta.db_table)} "
         f"({', '.join(columns)}, seq, created_at) VALUES "
         f"({', '.join('%s' for _ in columns)}, (SELECT last_seq FROM numbered), {dialect().now}) "
-        "RETURNING id, seq, created_at"
+        "RETURNING id, seq, created_at)",
     )
+
+
+@functools.cache
+def _numbered_sql() -> str:
+    return f"WITH {', '.join(_numbered_parts())} SELECT id, seq, created_at FROM event"
 
 
 def _next_seq(instance_id: int) -> int:

@@ -173,18 +173,44 @@ def append(
     return insert_prepared(cursor, prepare(subject, head, kind, fact, projection_fp))
 
 
+def insert_statement(checkpoint: Prepared) -> tuple[str, list[Any]]:
+    """:func:`insert_prepared`'s ``INSERT`` as ``(sql, params)``, not run: for a caller
+    that sends it as a part of its own statement (and maps a failure with
+    :func:`conflict_of`)."""
+    return (
+        f"INSERT INTO {_CP} ({CHECKPOINT_COLUMNS}, recorded_at) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
+        checkpoint.row(),
+    )
+
+
 def insert_prepared(cursor, checkpoint: Prepared) -> Head:
     """Insert a checkpoint :func:`prepare` computed; :class:`ChainConflict` if its
     position was taken."""
     try:
-        cursor.execute(
-            f"INSERT INTO {_CP} ({CHECKPOINT_COLUMNS}, recorded_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {dialect().now})",
-            checkpoint.row(),
-        )
+        cursor.execute(*insert_statement(checkpoint))
     except IntegrityError as exc:
         raise conflict(checkpoint.subject, checkpoint.seq) from exc
     return checkpoint.head
+
+
+POSITION_CONSTRAINT = next(
+    c.name
+    for c in Checkpoint._meta.constraints
+    if list(c.fields) == ["subject_type", "subject_id", "seq"]
+)
+"""The unique (subject, seq) constraint's name: the chain's compare-and-swap."""
+
+
+def conflict_of(exc: IntegrityError, subject: Subject, seq: int) -> ChainConflict | None:
+    """The :class:`ChainConflict` that ``exc`` stands for when checkpoint #``seq`` of
+    ``subject`` lost its position, or None when another constraint of the statement failed
+    (PostgreSQL names it; elsewhere a failed statement holding the insert counts as lost)."""
+    diag = getattr(exc.__cause__, "diag", None)
+    name = getattr(diag, "constraint_name", None)
+    if name is None or name == POSITION_CONSTRAINT:
+        return conflict(subject, seq)
+    return None
 
 
 _READ = "seq, kind, fact, fact_fp, prev_link, link, key_id, projection_fp"

@@ -100,21 +100,42 @@ def test_a_rolled_back_transition_leaves_no_event():
 
 
 def test_a_start_that_fails_after_its_event_leaves_neither(monkeypatch):
-    from govflow.engine.models import Instance
+    from django.db import DatabaseError, connection
+
+    from govflow.engine.models import Instance, Token
     from govflow.engine.services import instances
 
-    real = instances.instance_started
+    if connection.vendor == "postgresql":
+        # The start is one statement (ADR 0058): its last part fails once the event's row
+        # is in it (it reads the row), so the statement is refused after the event.
+        real = instances.instance_started_parts
+        counter = EventCounter._meta.db_table
 
-    def written_then_broken(instance, **kwargs):
-        real(instance, **kwargs)
-        assert Event.objects.filter(instance_id=instance.pk).exists()  # written …
-        raise RuntimeError("the commit fails after the event was written")
+        def written_then_broken(instance, **kwargs):
+            parts, params = real(instance, **kwargs)
+            broken = (
+                f"broken AS (INSERT INTO {counter} (instance_id, last_seq) "
+                "SELECT -1, 1 / (count(*) - 1) FROM event)"
+            )
+            return [*parts, broken], params
 
-    monkeypatch.setattr(instances, "instance_started", written_then_broken)
-    with pytest.raises(RuntimeError):
+        monkeypatch.setattr(instances, "instance_started_parts", written_then_broken)
+        failure: type[Exception] = DatabaseError
+    else:
+        real = instances.instance_started
+
+        def written_then_broken(instance, **kwargs):
+            real(instance, **kwargs)
+            assert Event.objects.filter(instance_id=instance.pk).exists()  # written …
+            raise RuntimeError("the commit fails after the event was written")
+
+        monkeypatch.setattr(instances, "instance_started", written_then_broken)
+        failure = RuntimeError
+    with pytest.raises(failure):
         start(linear(action("a")), tenant="t-broken")
-    # … and rolled back with the start: no instance, no event.
+    # … and rolled back with the start: no instance, no step, no event.
     assert not Instance.objects.filter(tenant="t-broken").exists()
+    assert not Token.objects.filter(instance__tenant="t-broken").exists()
     assert not Event.objects.filter(tenant="t-broken").exists()
 
 

@@ -53,12 +53,15 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from govflow.engine.models import Instance, InstanceStatus
+from govflow.engine.models import Instance, InstanceStatus, TokenState
 from govflow.engine.queue import instances_claim
 from govflow.engine.services.definitions import definition_publish
 from govflow.engine.services.instances import instance_start
+from govflow.engine.services.load import load_run
 from govflow.engine.services.rows import separate_rows
+from govflow.engine.services.run import instance_lease_key
 from govflow.engine.services.runtime import instance_run
+from govflow.engine.services.writes import _stuck_reason
 from recovery import api
 from tests.flows import action, linear, start
 
@@ -113,21 +116,26 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # ADR 0052 its first does too, the first dispatch having verified the chain.
     per_step = [1, 1, 1, 1] if one_call else [11] * 4
     # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
-    # step 5's outcome, the look for a stuck branch and the release, and the instance's
-    # instance.completed event (its sequence number and its row: ADR 0032). The steps
+    # step 5's outcome and the release, and the instance's instance.completed event (its
+    # sequence number and its row: ADR 0032). No look for a stuck branch: the load found
+    # none and the run made none (``Run.stuck_at_load``). The steps
     # that succeed and move on emit no event. On PostgreSQL a dispatch written alone
     # inserts its operation and checkpoint in one statement, and a success written alone
     # reads its operation, subject and chain in one (ADR 0035): one statement less each.
     alone = int(one_call)
     # On PostgreSQL the event's number and row are one statement, and so are step 5's
     # move and the instance row (ADR 0044), and the observation's update and its
-    # checkpoint (ADR 0050).
-    event, last = (1, 4) if one_call else (2, 6)
+    # checkpoint (ADR 0050); the release rides in the event's statement (ADR 0058).
+    event, last = (0, 4) if one_call else (2, 6)
     # Step 1's dispatch alone: on PostgreSQL the chain's read, then the step's move with
     # the operation and its checkpoint in one statement (ADR 0052, 0053); on SQLite the
     # step, the head, the operation, the checkpoint.
     first = 2 if one_call else 4
-    assert [len(c) for c in commits] == [3, first, *per_step, last + 2 + event - alone]
+    assert [len(c) for c in commits] == [3, first, *per_step, last + 1 + event - alone]
+    assert not any("engine_incident" in sql for sql in commits[-1]), commits[-1]
+    if one_call:  # the event and the release: the last statement of the ending
+        assert "released AS (UPDATE recovery_lease" in commits[-1][-1], commits[-1]
+        assert 'INSERT INTO "events_event"' in commits[-1][-1], commits[-1]
     for commit in commits[2:6]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
         assert sum("observe_record(" in sql for sql in commit) == int(one_call)
@@ -143,7 +151,7 @@ def test_the_separate_statements_on_postgresql_cost_eleven(settings):
     with api.multi_statement(), separate_rows():
         commits = five_steps(settings)
     event = 1 if connection.vendor == "postgresql" else 2  # the event's number and row
-    assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 8 + event]
+    assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 7 + event]
     assert not any("observe_record(" in sql for c in commits for sql in c)
 
 
@@ -229,8 +237,16 @@ def test_an_instance_start_is_one_transaction_and_reads_nothing_back():
     definition = definition_publish(document=linear(action("s1")))
     with CaptureQueriesContext(connection) as captured:
         instance = instance_start(definition=definition, variables={"value": "v1"})
-    transactions = transactions_of(captured.captured_queries)  # no statement outside one
+    queries = captured.captured_queries
+    if connection.vendor == "postgresql":
+        # The new id and the clock, read before the commit; the commit is one statement
+        # (ADR 0058; its round trips: test_engine_round_trips.py).
+        read, *queries = queries
+        assert read["sql"].startswith("SELECT nextval("), read
+    transactions = transactions_of(queries)  # no statement outside one
     assert len(transactions) == 1, transactions
+    if connection.vendor == "postgresql":
+        assert len(transactions[0]) == 1, transactions
     stored = Instance.objects.get(pk=instance.pk)
     fields = [f.attname for f in Instance._meta.concrete_fields]
     assert {f: getattr(instance, f) for f in fields} == {f: getattr(stored, f) for f in fields}
@@ -252,3 +268,28 @@ def test_a_new_subjects_projection_is_refused_where_a_chain_already_is():
     api.projection_record(subject=subject, projection_fp="a" * 64, new=True)
     with pytest.raises(api.ChainConflict):
         api.projection_record(subject=subject, projection_fp="b" * 64, new=True)
+
+
+def test_the_look_for_a_stuck_branch_is_made_unless_the_load_and_the_run_saw_none():
+    """An ending asks whether a branch no longer active still needs an operator (a failed
+    step, an open route incident). The run's load answers it for the stored rows; a step
+    the run itself fails, or a route incident it opens, makes the ending ask again."""
+    instance = start(linear(action("s1")))
+    key = instance_lease_key(instance.pk)
+    fence = api.lease_acquire(key=key, holder="t", ttl=30)
+    run = load_run(instance.pk, fence)
+    assert run.stuck_at_load is False
+    with CaptureQueriesContext(connection) as captured:
+        assert _stuck_reason(run) == ""
+    assert not captured.captured_queries  # the load's answer, no statement
+    [token] = run.active.values()
+    with run.commit():
+        run.update_token(token, TokenState.READY, state=TokenState.FAILED, reason="broken")
+    assert run.stuck_since_load
+    assert _stuck_reason(run).endswith("needs an operator: broken")
+    # Loaded again (by this run after a refused commit, or by the next run): the load
+    # itself finds the failed step.
+    api.lease_release(fence=fence)
+    again = load_run(instance.pk, api.lease_acquire(key=key, holder="t", ttl=30))
+    assert again.stuck_at_load is True and not again.stuck_since_load
+    assert _stuck_reason(again).endswith("needs an operator: broken")

@@ -273,12 +273,11 @@ def test_a_cancelled_instance_stays_cancelled(requester, approver, operator):
     assert effects.effects() == []
 
 
-def test_an_absent_effect_in_one_branch_keeps_the_instance_from_completing(requester, approver):
-    """Branch a's effect is recorded absent (awaiting a deliberate retry) while branch b,
-    polling its provider, reaches the end later: the instance stays blocked."""
+def two_branches() -> dict:
+    """start, a parallel split into actions a and b, both to the end."""
     from tests.engine_helpers import graph, node
 
-    doc = graph(
+    return graph(
         [
             node("s", "start"),
             node("split", "parallel_split"),
@@ -288,6 +287,29 @@ def test_an_absent_effect_in_one_branch_keeps_the_instance_from_completing(reque
         ],
         [("s", "split"), ("split", "a"), ("split", "b"), ("a", "e"), ("b", "e")],
     )
+
+
+def test_an_absent_effect_decided_after_the_other_branch_ended_keeps_the_instance_blocked(
+    requester, approver
+):
+    """Branch b has already ended when branch a's effect is recorded absent: nothing is
+    active any more, yet a awaits a deliberate retry, so the operator's change and the
+    next run leave the instance blocked, never completed."""
+    doc = two_branches()
+    effects.SCRIPT["alpha.write"] = ["raise_after", None]
+    instance = drive(start(doc))
+    assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN
+    assert token_of(instance, "b").state == TokenState.COMPLETED
+    decide(instance, "effect_absent", requester, approver)
+    instance = drive(instance)
+    assert token_of(instance, "a").state == TokenState.FAILED
+    assert instance.status == InstanceStatus.BLOCKED, "completed with an effect absent"
+
+
+def test_an_absent_effect_in_one_branch_keeps_the_instance_from_completing(requester, approver):
+    """Branch a's effect is recorded absent (awaiting a deliberate retry) while branch b,
+    polling its provider, reaches the end later: the instance stays blocked."""
+    doc = two_branches()
     effects.SCRIPT["alpha.write"] = ["raise_after", Pending(poll_after=60)]
     instance = drive(start(doc))
     assert token_of(instance, "a").state == TokenState.OUTCOME_UNKNOWN

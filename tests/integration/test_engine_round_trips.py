@@ -21,11 +21,15 @@ from django.db import connection
 from psycopg import pq
 
 from govflow.engine.db import engine_commit
-from govflow.engine.models import InstanceStatus
+from govflow.engine.models import Instance, InstanceStatus, Token
 from govflow.engine.queue import instances_claim
+from govflow.engine.services import instances
+from govflow.engine.services.definitions import definition_publish
+from govflow.engine.services.instances import instance_start
 from govflow.engine.services.runtime import instance_run
+from govflow.events.models import Event
 from recovery import api
-from recovery.models import Lease
+from recovery.models import Checkpoint, Lease
 from tests.flows import action, linear, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,6 +134,13 @@ def test_a_runs_chained_steps_are_one_round_trip_each(settings):
         # for statements of at most 50 parameters; above that it parses the SQL again at
         # every step (migration 0018 packs the call's values for this).
         assert transaction.parameters[0] <= 50, transaction.parameters
+    # The ending: BEGIN, step 5's move with the instance row, the whole chain's read, the
+    # observation, the instance.completed event with the lease's release, COMMIT. No look
+    # for a stuck branch (the load found none) and no statement for the release alone
+    # (ADR 0059); it was eight.
+    ending = transactions[-1]
+    assert ending.round_trips == 6, ending
+    assert "released AS (UPDATE recovery_lease" in ending.statements[-2], ending
     total = sum(t.round_trips for t in transactions)
     print(f"\n5 non-atomic steps: {total} round trips in {len(transactions)} server transactions")
     for number, transaction in enumerate(transactions, 1):
@@ -161,3 +172,55 @@ def test_a_claim_is_one_round_trip_and_inside_a_callers_transaction_rolls_back_w
         assert taken.instance_id == second.pk
         raise RuntimeError("the caller gives up")
     assert not Lease.objects.filter(key=f"instance:{second.pk}", holder="worker-2").exists()
+
+
+def test_a_start_is_a_read_and_one_statement_alone():
+    """The new id and the clock are one read; the instance's row, its start step, its
+    chain's first checkpoint and its event are one statement, sent alone (ADR 0058): two
+    round trips and two server transactions, no BEGIN and no COMMIT (were seven round
+    trips: BEGIN, the clock, four writes, COMMIT)."""
+    definition = definition_publish(document=linear(action("s1")))
+    with traced() as transactions:
+        instance = instance_start(definition=definition, variables={"value": "v1"})
+    assert [(t.round_trips, len(t.statements)) for t in transactions] == [(1, 1), (1, 1)]
+    sent = [sql for t in transactions for sql in t.statements]
+    assert not any(sql in {"BEGIN", "COMMIT"} for sql in sent), sent
+    assert all(count <= 50 for t in transactions for count in t.parameters)
+    stored = Instance.objects.get(pk=instance.pk)
+    assert stored.variables == {"value": "v1"} and stored.runnable_at == instance.created_at
+    assert Token.objects.get(instance=stored).created_at == instance.created_at
+    assert [e.type for e in Event.objects.filter(instance_id=instance.pk)] == ["instance.started"]
+    assert api.chain_verify(subject=api.Subject("govflow.instance", str(instance.pk))).ok
+    report = instance_run(instance_id=instance.pk)
+    assert report.status == InstanceStatus.COMPLETED
+
+
+def test_a_start_inside_a_callers_transaction_rolls_back_with_it():
+    definition = definition_publish(document=linear(action("s1")))
+    with pytest.raises(RuntimeError), engine_commit():
+        instance = instance_start(definition=definition, tenant="t-gone")
+        assert Instance.objects.filter(pk=instance.pk).exists()  # written in the caller's …
+        raise RuntimeError("the caller gives up")
+    # … and gone with it: the row, the step, the event and the chain's first checkpoint.
+    assert not Instance.objects.filter(tenant="t-gone").exists()
+    assert not Token.objects.filter(instance_id=instance.pk).exists()
+    assert not Event.objects.filter(instance_id=instance.pk).exists()
+    assert not Checkpoint.objects.filter(subject_id=str(instance.pk)).exists()
+
+
+def test_a_start_whose_id_has_a_chain_already_is_refused_and_writes_nothing(monkeypatch):
+    """A chain already there for the new id (a database restored without its sequence, a
+    row written by hand) is a conflict, as ``projection_record(new=True)`` raises it:
+    never a chain continued, and none of the start's rows is written."""
+    definition = definition_publish(document=linear(action("s1")))
+    taken = 990_001
+    api.projection_record(
+        subject=api.Subject("govflow.instance", str(taken)), projection_fp="a" * 64, new=True
+    )
+    real = instances.next_id_and_clock
+    monkeypatch.setattr(instances, "next_id_and_clock", lambda model: (taken, real(model)[1]))
+    with pytest.raises(api.ChainConflict, match="written by someone else first"):
+        instance_start(definition=definition, tenant="t-taken")
+    assert not Instance.objects.filter(pk=taken).exists()
+    assert not Token.objects.filter(instance_id=taken).exists()
+    assert not Event.objects.filter(instance_id=taken).exists()

@@ -14,7 +14,8 @@ import pytest
 from govflow.engine.errors import EngineError
 from govflow.engine.models import InstanceStatus, Token, TokenState
 from govflow.engine.services.dispatch import Chain, Defer
-from govflow.engine.services.run import Run, instance_lease_key, load_run
+from govflow.engine.services.load import load_run
+from govflow.engine.services.run import Run, instance_lease_key
 from govflow.engine.services.steps import run_chained, run_token
 from recovery import api
 from recovery.models import Lease

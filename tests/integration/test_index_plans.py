@@ -162,7 +162,7 @@ def _plans(user) -> dict[str, tuple[dict, str, str]]:
             "engine_token",
             "engine_token_wait",
         ),
-        # Every run: its instance's active steps (run.load_run); by instance, the steps
+        # Every run: its instance's active steps (load.load_run); by instance, the steps
         # page, the cascade and the per-instance reads: the (instance, ordinal) prefix.
         "a run's active steps": (
             plan(f"{token_run}{_in(active)})", [running, *active]),

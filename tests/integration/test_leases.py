@@ -104,6 +104,29 @@ def test_release_keeps_the_fence_and_frees_the_lease():
         api.lease_renew(fence=fence, ttl=30)
 
 
+def test_a_release_with_the_callers_parts_writes_them_with_it_or_not_at_all():
+    """On PostgreSQL a caller's last writes may ride in the release's statement
+    (``with_parts``): written with a live fence, refused with a stale one, nothing of the
+    statement written then."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the parts are data-modifying WITH parts: PostgreSQL's")
+    table = Lease._meta.db_table
+    part = (
+        [f"mine AS (UPDATE {table} SET fence = fence + 10 WHERE key = %s RETURNING 1)"],
+        ["other"],
+    )
+    api.lease_acquire(key="other", holder="w0", ttl=30)
+    fence = api.lease_acquire(key=KEY, holder="w1", ttl=30)
+    api.lease_release(fence=fence, with_parts=part)
+    assert Lease.objects.get(key=KEY).holder is None
+    assert Lease.objects.get(key="other").fence == 11  # the part, written with it
+    with pytest.raises(api.StaleFence, match="release the lease"):
+        api.lease_release(fence=fence, with_parts=part)
+    assert Lease.objects.get(key="other").fence == 11  # refused: the part not written
+
+
 # --- expiry is database time ----------------------------------------------------------
 
 

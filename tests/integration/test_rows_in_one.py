@@ -15,9 +15,10 @@ from django.test.utils import CaptureQueriesContext
 
 from govflow.engine.errors import EngineConflict
 from govflow.engine.models import Token, TokenState
+from govflow.engine.services.load import load_run
 from govflow.engine.services.routing import Router
 from govflow.engine.services.rows import separate_rows
-from govflow.engine.services.run import Run, instance_lease_key, load_run
+from govflow.engine.services.run import Run, instance_lease_key
 from recovery import api
 from tests.flows import action, linear, start
 

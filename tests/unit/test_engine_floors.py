@@ -30,6 +30,7 @@ FLOORS = [
     ("govflow.engine.services.writes", "a run's routed rows and instance row"),
     ("govflow.engine.services.handover", "a claimed lease handed over in the run's first commit"),
     ("govflow.engine.services.run", "the Run, its commit, seal and lease release"),
+    ("govflow.engine.services.load", "a run loaded, and loaded again after a refused commit"),
     ("govflow.engine.services.linked_watch", "a linked run's start recorded, its watch begun"),
     ("govflow.engine.services.blocking", "stopping an instance for a person"),
     ("govflow.engine.services.dispatch", "planning a step, recording its dispatch"),

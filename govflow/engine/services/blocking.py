@@ -18,8 +18,10 @@ from recovery.api import (
 )
 
 from ..models import InstanceStatus, KeptAnswer, Token
+from .load import run_reload
 from .routing import RouteError, Router
 from .run import Run, incident_message
+from .writes import ROUTE_INCIDENT
 
 __all__ = [
     "KEPT_NOTE",
@@ -72,7 +74,7 @@ def leave_or_block(run: Run, token: Token) -> None:
         message = f"The workflow cannot continue: {exc}."
         run.blocked.add(token.pk)
         run.block_reason = message
-        run.engine_incident_open(token, "route", message, once=True)
+        run.engine_incident_open(token, ROUTE_INCIDENT, message, once=True)
         run.flush(status=InstanceStatus.BLOCKED, reason=message)
         log.warning("instance %s blocked: %s", run.instance.pk, message)
         return
@@ -112,6 +114,6 @@ def stop_for_integrity(run: Run, token: Token, exc: IntegrityViolation, note: st
     first; the incident is opened (or found) outside any transaction so that it stays.
     """
     log.error("instance %s, step '%s': %s", run.instance.pk, token.node_id, exc)
-    run.reload()
+    run_reload(run)
     message = integrity_stop_message(run, exc)
     block(run, run.active.get(token.pk, token), "integrity", f"{message}{note}"[:2000])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
+
+from django.db import IntegrityError, connection
 
 from recovery.api import (
     FingerprintKind,
@@ -12,17 +15,21 @@ from recovery.api import (
     fingerprint_value,
     incident_open,
     insert_row,
+    insert_statement,
     lease_acquire,
     lease_release,
     lease_release_if_held,
     operations_for_effect,
     projection_record,
+    projection_start_statement,
+    sent_alone,
+    untouched,
 )
 
 from ..conf import operator_lease_ttl
-from ..db import clock, clock_read, engine_commit
+from ..db import clock, clock_read, engine_commit, engine_dialect, next_id_and_clock
 from ..definitions import case_text, case_values, schema_errors
-from ..emit import instance_started
+from ..emit import instance_started, instance_started_parts
 from ..errors import EngineConflict, IntegrityStop, InvalidRequest, NotPermitted
 from ..limits import admit_json, admit_text, variables_max_bytes
 from ..liveness import worker_name
@@ -40,9 +47,10 @@ from ..queue import instance_mark_runnable
 from ..states import TERMINAL_STATUSES
 from .definitions import spec_of, start_refusal
 from .linked import linked_cancel_record, linked_cancel_send
+from .load import load_run
 from .rehydration import rehydrate
 from .routing import Router
-from .run import Run, instance_lease_key, load_run
+from .run import Run, instance_lease_key
 from .saga import saga_plan_on_cancel
 
 __all__ = [
@@ -86,35 +94,14 @@ def instance_start(
     _require(actor, "engine.start_instance", "start instances")
     variables = {} if variables is None else variables
     access = _admitted_start(definition, variables, tenant, actor, access)
+    if engine_dialect().next_id:
+        return _start_in_one_statement(definition, variables, tenant, actor, access)
     with engine_commit():
         # The database clock, read once: the instance's and its start step's times and its
         # runnable mark are its value, so nothing is read back after the inserts.
-        now = clock_read()
-        instance = Instance(
-            definition=definition,
-            definition_fp=definition.fingerprint,
-            tenant=tenant,
-            variables=variables,
-            access=access,
-            started_by=actor,
-            **_case(definition, variables),
-            created_at=now,
-            updated_at=now,
-            next_ordinal=2,
-            # Runnable from its start: the first mark (``queue.instances_mark_runnable``)
-            # made in the insert itself.
-            runnable_at=now,
-            wakeups=1,
-        )
+        instance = _new_instance(definition, variables, tenant, actor, access, clock_read())
         insert_row(instance)
-        start = Token(
-            instance=instance,
-            node_id=spec_of(definition).start,
-            ordinal=1,
-            state=TokenState.READY,
-            created_at=now,
-            updated_at=now,
-        )
+        start = _start_step(definition, instance)
         insert_row(start)
         # The projection is under the chain from its first commit (invariant I12); the
         # instance is new, so is its chain.
@@ -125,6 +112,80 @@ def instance_start(
         )
         instance_started(instance, definition=definition.key, version=definition.version)
     return instance
+
+
+def _start_in_one_statement(
+    definition: Definition, variables: dict[str, Any], tenant: str, actor, access: dict
+) -> Instance:
+    """:func:`instance_start` on PostgreSQL (ADR 0058): the instance's id and the clock are
+    read first, then its row, its start step, its chain's first checkpoint and its
+    ``instance.started`` event are one statement — sent alone, in autocommit, when the
+    caller has no transaction open: two round trips, not seven."""
+    pk, now = next_id_and_clock(Instance)
+    instance = _new_instance(definition, variables, tenant, actor, access, now)
+    instance.pk = pk
+    start = _start_step(definition, instance)
+    subject = instance_subject(pk)
+    parts: list[str] = []
+    params: list[object] = []
+    chain_start = projection_start_statement(subject, projection_of(instance, [start]))
+    for name, (sql, values) in (
+        ("instance_row", insert_statement(instance)),
+        ("start_step", insert_statement(start)),
+        ("chain_start", (chain_start.sql, chain_start.params)),
+    ):
+        parts.append(f"{name} AS ({sql})")
+        params += values
+    event, event_params = instance_started_parts(
+        instance, definition=definition.key, version=definition.version
+    )
+    sql = f"WITH {', '.join([*parts, *event])} SELECT count(*) FROM event"
+    outermost = not connection.in_atomic_block  # a caller's transaction would go on
+    with engine_commit(), connection.cursor() as cursor:
+        try:
+            with sent_alone() if outermost and untouched() else nullcontext():
+                cursor.execute(sql, [*params, *event_params])
+        except IntegrityError as exc:
+            conflict = chain_start.conflict(exc)
+            if conflict is None:
+                raise
+            raise conflict from exc
+    for row in (instance, start):
+        row._state.adding = False
+        row._state.db = connection.alias
+    return instance
+
+
+def _new_instance(
+    definition: Definition, variables, tenant: str, actor, access: dict, now
+) -> Instance:
+    return Instance(
+        definition=definition,
+        definition_fp=definition.fingerprint,
+        tenant=tenant,
+        variables=variables,
+        access=access,
+        started_by=actor,
+        **_case(definition, variables),
+        created_at=now,
+        updated_at=now,
+        next_ordinal=2,
+        # Runnable from its start: the first mark (``queue.instances_mark_runnable``)
+        # made in the insert itself.
+        runnable_at=now,
+        wakeups=1,
+    )
+
+
+def _start_step(definition: Definition, instance: Instance) -> Token:
+    return Token(
+        instance=instance,
+        node_id=spec_of(definition).start,
+        ordinal=1,
+        state=TokenState.READY,
+        created_at=instance.created_at,
+        updated_at=instance.created_at,
+    )
 
 
 def _case(definition: Definition, variables: dict[str, Any]) -> dict[str, Any]:

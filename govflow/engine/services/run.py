@@ -22,45 +22,49 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
-
 from recovery.api import (
-    ConflictError,
     Fence,
     RowWrite,
     Subject,
     fenced_update_row,
-    incident_open_sql,
     incident_report,
     lease_release,
     lease_renew,
-    model_columns,
-    projection_head_sql,
     projection_record,
-    rows_as,
 )
 
 from ..conf import lease_ttl
 from ..db import clock, engine_commit
 from ..definitions import Spec
-from ..emit import incident_opened, moves_a_handoff, status_changed, token_moved
+from ..emit import (
+    incident_opened,
+    moves_a_handoff,
+    status_changed,
+    status_changed_parts,
+    token_moved,
+)
 from ..models import Incident, Instance, Token
 from ..projection import SUBJECT_TYPE, Projector
-from ..states import TERMINAL_STATUSES, TOKEN_ACTIVE
+from ..states import TERMINAL_STATUSES, TokenState
 from ..variables import apply_output
-from .definitions import instance_pinned
 from .handover import OpenedLoad
 from .keepalive import keepalive
 from .routing import Router
 from .rows import StepRows, rows_in_one
-from .writes import check_move, moved_meanwhile, write_instance, write_pending, write_routed
+from .writes import (
+    ROUTE_INCIDENT,
+    check_move,
+    moved_meanwhile,
+    write_instance,
+    write_pending,
+    write_routed,
+)
 
 __all__ = [
     "INTEGRITY_BLOCK",
     "Run",
     "incident_message",
     "instance_lease_key",
-    "load_run",
 ]
 
 log = logging.getLogger("govflow.engine")
@@ -124,6 +128,12 @@ class Run:
     """The instance's status as of this run's last commit (its events: ``emit``)."""
     opened: OpenedLoad | None = None
     """A claimed run's handover and load, open until its first commit (``handover``)."""
+    stuck_at_load: bool | None = None
+    """Whether a step had failed or a route was blocked when the run loaded the instance
+    (None: not read); with :attr:`stuck_since_load` it spares the ending its look
+    (``writes._stuck_reason``)."""
+    stuck_since_load: bool = False
+    """This run failed a step or opened a route incident since it loaded the instance."""
     projector: Projector = field(default_factory=Projector)
     pending: list[RowWrite] = field(default_factory=list)
     """Step moves that ride in the instance row's statement (``update_token(later=)``)."""
@@ -179,9 +189,7 @@ class Run:
                 write_pending(self)  # left by no flush or dispatch: never dropped
                 if outermost and not self.released:
                     self._seal()
-                    if self.instance.status != self.committed_status:
-                        status_changed(self, self.committed_status)
-                    self._release_if_ended()
+                    self._close_status()
             if outermost:
                 self.load_closed()  # the run's first commit carries the handover (0042)
         except BaseException as exc:
@@ -217,8 +225,19 @@ class Run:
             projection_record(subject=self.subject, projection_fp=current, fence=self.fence)
             self.recorded_projection = current
 
-    def _release_if_ended(self) -> None:
-        if self.instance.status in TERMINAL_STATUSES:
+    def _close_status(self) -> None:
+        """The status's event, if it moved, and the lease's release if the instance ended:
+        on PostgreSQL one statement when both (ADR 0059), the release last either way."""
+        ended = self.instance.status in TERMINAL_STATUSES
+        moved = self.instance.status != self.committed_status
+        if ended and rows_in_one():
+            event = status_changed_parts(self, self.committed_status) if moved else None
+            lease_release(fence=self.fence, with_parts=event)
+            self.released = True
+            return
+        if moved:
+            status_changed(self, self.committed_status)
+        if ended:
             lease_release(fence=self.fence)
             self.released = True
 
@@ -243,17 +262,15 @@ class Run:
             return incident_message(incident.pk, reason)
         return ""
 
-    def reload(self) -> None:
-        """Read the instance and its active tokens again, after a refused commit (reads):
-        it changed nothing stored but did change this view. The fence stays; plans made
-        from the old view are the caller's to drop."""
-        fresh = load_run(self.instance.pk, self.fence)
-        if fresh is None:
-            raise ConflictError(f"Instance {self.instance.pk} no longer exists.")
+    def reloaded(self, fresh: Run) -> None:
+        """Take the view of ``fresh``, this instance loaded again under the same fence after
+        a refused commit (``load.run_reload``): the refused commit changed nothing stored
+        but did change this view. Plans made from the old view are the caller's to drop."""
         self.instance, self.active = fresh.instance, fresh.active
         self.recorded_projection = fresh.recorded_projection
         self.integrity_incident = fresh.integrity_incident
         self.committed_status = fresh.committed_status
+        self.stuck_at_load, self.stuck_since_load = fresh.stuck_at_load, False
         self.released = self.mark_cleared = False
 
     # -- the lease while a step runs ----------------------------------------------------
@@ -295,6 +312,7 @@ class Run:
         if later and rows_in_one():
             self.pending.append(self.token_write(token, expected, **values))
             return
+        self._note_stuck(values)
         check_move(token, expected, values)
         values.setdefault("updated_at", clock())
         count = fenced_update_row(
@@ -318,6 +336,7 @@ class Run:
         includes them; a refused call rolls the commit back and the caller reloads.
         """
         check_move(token, expected, values)
+        self._note_stuck(values)
         values.setdefault("updated_at", clock())
         target = values.get("state", expected)
         wait_kind = values.get("wait_kind")
@@ -329,6 +348,10 @@ class Run:
         return RowWrite(
             Token, token.pk, values, {"state": expected}, lambda: moved_meanwhile(token, expected)
         )
+
+    def _note_stuck(self, values: dict[str, Any]) -> None:
+        if values.get("state") == TokenState.FAILED:
+            self.stuck_since_load = True
 
     def flush(
         self, router: Router | None = None, *, status: str | None = None, reason: str = ""
@@ -348,6 +371,8 @@ class Run:
         integrity incident (``recovery.api.incident_open``) but a failed step, a blocked
         route, a refused dispatch. With ``once``, not while the same one is open."""
         same = {"instance_id": self.instance.pk, "token": token, "kind": kind}
+        if kind == ROUTE_INCIDENT:
+            self.stuck_since_load = True
         if (
             once
             and Incident.objects.filter(**same, message=message, resolved_at__isnull=True).exists()
@@ -355,45 +380,3 @@ class Run:
             return
         incident = Incident.objects.create(**same, message=message, created_at=clock())
         incident_opened(self.instance, incident)
-
-
-def load_run(instance_id: int, fence: Fence) -> Run | None:
-    """The instance and its active tokens: two plain queries, the definition re-hashed.
-
-    Reads only; the caller holds the instance's lease (``fence``).
-    """
-    quote = connection.ops.quote_name
-    subject = Subject(SUBJECT_TYPE, str(instance_id))
-    projection_sql, projection_params = projection_head_sql(subject)
-    incident_sql, incident_params = incident_open_sql(subject)
-    loaded = instance_pinned(
-        instance_id,
-        extra=[
-            (projection_sql, "recorded_projection", projection_params),
-            (incident_sql, "integrity_incident", incident_params),
-        ],
-    )
-    if loaded is None:
-        return None
-    instance, pinned = loaded
-    run = Run(
-        instance=instance,
-        spec=pinned.spec,
-        fence=fence,
-        definition_fp=pinned.fingerprint,
-        recorded_projection=instance.recorded_projection or "",
-        integrity_incident=instance.integrity_incident,
-        committed_status=str(instance.status),
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {model_columns(Token)} FROM {quote(Token._meta.db_table)} "
-            f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in _ACTIVE)})",
-            [instance_id, *_ACTIVE],
-        )
-        for token in rows_as(Token, cursor.fetchall()):
-            run.active[token.pk] = token
-    return run
-
-
-_ACTIVE = sorted(str(state) for state in TOKEN_ACTIVE)

@@ -78,16 +78,12 @@ from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
 from .handover import OpenedLoad
+from .load import load_run, run_reload
 from .reconcile import ladder_due, ladder_step
 from .reconnect import DROPPED, Reconnect
 from .rehydration import rehydrate
 from .routing import derive_status
-from .run import (
-    INTEGRITY_BLOCK,
-    Run,
-    instance_lease_key,
-    load_run,
-)
+from .run import INTEGRITY_BLOCK, Run, instance_lease_key
 from .saga import saga_enqueue_if_due, saga_run
 from .steps import run_chained, run_token
 
@@ -346,7 +342,7 @@ def _next_runnable_now(run: Run) -> Token | None:
 def _stop_for_integrity(run: Run, exc: IntegrityViolation) -> str:
     """Record why the run stopped for integrity (owns its commits); the new status."""
     try:
-        run.reload()
+        run_reload(run)
         block(run, None, "integrity", integrity_stop_message(run, exc))
     except (ConflictError, IntegrityViolation, DatabaseError):
         log.exception("instance %s: could not record the integrity stop", run.instance.pk)

@@ -36,6 +36,7 @@ from .answers import ladder_wait, late_answer_keep
 from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
 from .dispatch import Chain, ChainedDispatchRefused, Next, dispatch_next
 from .linked_watch import is_linked_start, watch_begin
+from .load import run_reload
 from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
 from .run import Run
@@ -157,7 +158,7 @@ def result_admitted(result, action: ActionDefinition):
 def _reloaded(run: Run, token: Token) -> Token:
     """Read the run again after a refused commit (reads); the step must still be
     executing."""
-    run.reload()
+    run_reload(run)
     fresh = run.active.get(token.pk)
     if fresh is None or fresh.state != TokenState.EXECUTING:
         raise EngineConflict(

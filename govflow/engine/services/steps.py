@@ -32,10 +32,11 @@ from .dispatch import (
 )
 from .linked import linked_look
 from .linked_watch import is_linked_start
+from .load import run_reload
 from .routing import RouteError
 from .run import Run
 from .settle import output_refusal, retry_or_fail, settle, succeed
-from .writes import rows_held
+from .writes import ROUTE_INCIDENT, rows_held
 
 __all__ = ["call_and_settle", "run_chained", "run_token"]
 
@@ -57,7 +58,7 @@ def run_token(run: Run, token: Token, prepared: Next = None) -> Next:
             return linked_look(run, token, node)
         return complete_wait(run, token, node)
     except RouteError as exc:
-        block(run, token, "route", f"The workflow cannot continue: {exc}.")
+        block(run, token, ROUTE_INCIDENT, f"The workflow cannot continue: {exc}.")
         return None
 
 
@@ -91,7 +92,7 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> Next:
         # The next step's dispatch was refused: complete this wait again without it; the
         # loop then dispatches that step in its own commit, where the refusal stops it.
         run.no_chain = True
-        run.reload()
+        run_reload(run)
         return None
     return next_step
 

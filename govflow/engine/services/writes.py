@@ -35,10 +35,12 @@ from .rows import StepRows, rows_in_one, unsaved_key
 from .triggers import delivery_take
 
 __all__ = [
+    "ROUTE_INCIDENT",
     "check_move",
     "first_writes",
     "moved_meanwhile",
     "rows_held",
+    "stuck_look_sql",
     "write_held",
     "write_instance",
     "write_pending",
@@ -65,6 +67,8 @@ class Run(Protocol):
     pending: list[RowWrite]
     rows_wait: bool
     held_rows: StepRows | None
+    stuck_at_load: bool | None
+    stuck_since_load: bool
 
     @property
     def subject(self) -> Subject: ...
@@ -254,21 +258,40 @@ def _verify_whole_chain(run: Run) -> None:
         chain_verify_whole(subject=run.subject, fence=run.fence)
 
 
+ROUTE_INCIDENT = "route"
+"""The kind of engine incident a step whose route out failed opens (``blocking.block``)."""
+
+
+def stuck_look_sql(instance_id: int) -> tuple[str, list[Any]]:
+    """A scalar subquery: whether a step of the instance is failed or a route incident of
+    it is open — what :func:`_stuck_reason` looks for — read with the run's load."""
+    return (
+        f"(EXISTS (SELECT 1 FROM {Token._meta.db_table} WHERE instance_id = %s AND state = %s) "
+        f"OR EXISTS (SELECT 1 FROM {Incident._meta.db_table} WHERE instance_id = %s "
+        "AND kind = %s AND resolved_at IS NULL))",
+        [instance_id, TokenState.FAILED.value, instance_id, ROUTE_INCIDENT],
+    )
+
+
 def _stuck_reason(run: Run) -> str:
     """Why a branch that is no longer active still needs an operator, or ''.
 
     Asked only when nothing is left active: a step whose effect was recorded absent
     (failed, awaiting a deliberate retry) or a step whose route out failed (an open
     route incident) in one parallel branch must keep the instance from completing
-    when another branch reaches its end. One statement, once per instance.
+    when another branch reaches its end. One statement, once per instance — none when
+    the run's load found neither and the run made neither since (``Run.stuck_at_load``):
+    only the lease's holder fails a step or opens a route incident, and the run holds it.
     """
+    if run.stuck_at_load is False and not run.stuck_since_load:
+        return ""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT reason FROM {Token._meta.db_table} WHERE instance_id = %s "
             "AND state = %s UNION ALL "
             f"SELECT message FROM {Incident._meta.db_table} WHERE instance_id = %s "
             "AND kind = %s AND resolved_at IS NULL",
-            [run.instance.pk, TokenState.FAILED.value, run.instance.pk, "route"],
+            [run.instance.pk, TokenState.FAILED.value, run.instance.pk, ROUTE_INCIDENT],
         )
         row = cursor.fetchone()
     if row is None:
