@@ -92,10 +92,19 @@ class EngineDialect:
         """The database clock when the statement runs (recovery's)."""
         return self.base.now
 
+    reading_end: str
+    """What ``now_once`` appends to the clock's reading (SQLite: ``|| '999'``). SQLite's
+    clock reads milliseconds, as text (``….fff``); a time the process read from it and
+    wrote back (an instance's start, ADR 0057) is stored as Django writes a datetime, with
+    microseconds (``….fff000``), which as text sorts after the clock's own reading of the
+    same millisecond. Compared with the end of the millisecond read, such a time is due
+    within the millisecond it was read, not one millisecond later. PostgreSQL compares
+    timestamps: nothing to append."""
+
     @property
     def now_once(self) -> str:
         """The same clock, read once per statement: an index can bound a scan by it."""
-        return f"(SELECT {self.base.now})"
+        return f"(SELECT {self.base.now}{self.reading_end})"
 
 
 _POSTGRES = dict(
@@ -106,6 +115,7 @@ _POSTGRES = dict(
     reads_grouped=True,
     list_param=list,
     next_id="nextval(pg_get_serial_sequence(%s, %s))",
+    reading_end="",
 )
 _SQLITE = dict(
     id_in="IN (SELECT value FROM json_each(%s))",
@@ -115,6 +125,7 @@ _SQLITE = dict(
     reads_grouped=False,
     list_param=lambda values: json.dumps(list(values)),
     next_id="",
+    reading_end=" || '999'",
 )
 
 

@@ -198,3 +198,24 @@ def test_a_claimed_run_that_fails_unexpectedly_is_not_claimed_again_in_a_loop(mo
     assert instances_claim(holder="pusher-1", limit=1, ttl=30) == [], (
         f"claimed again only after {runtime.RETRY_AFTER_ERROR:g} s"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_instance_is_claimable_in_the_millisecond_its_start_read_the_clock():
+    """A start writes the clock's reading as the instance's runnable mark (ADR 0057). On
+    SQLite the clock reads milliseconds as text and the mark is stored with microseconds,
+    which sorts after the same millisecond's reading: a claim in that millisecond missed
+    the instance (``EngineDialect.reading_end``). Each round marks the instance with a
+    fresh reading and claims at once, mostly within the same millisecond."""
+    from govflow.engine.db import clock_read
+
+    instance = start(linear(action("a")))
+    missed = 0
+    for _ in range(300):
+        Instance.objects.filter(pk=instance.pk).update(runnable_at=clock_read())
+        claimed = instances_claim(holder="pusher-1", limit=1, ttl=30)
+        missed += not claimed
+        Lease.objects.filter(key=instance_lease_key(instance.pk)).update(
+            holder=None, expires_at=None
+        )
+    assert missed == 0, f"{missed} of 300 claims missed an instance marked runnable"
