@@ -74,14 +74,14 @@ def _insert_numbered(event: Event) -> None:
     ADR 0044): the same two writes as :func:`_next_seq` and ``insert_row``, one round trip."""
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        cursor.execute(_numbered_sql(), _numbered_params(event))
+        cursor.execute(_numbered_sql(), _numbered_params(event, db))
         event.pk, event.seq, event.created_at = cursor.fetchone()
     event._state.adding = False
     event._state.db = db.alias
 
 
-def _numbered_params(event: Event) -> list[object]:
-    db = connections[DEFAULT_DB_ALIAS]  # once: the fields ask it per value (insert_row)
+def _numbered_params(event: Event, db=None) -> list[object]:
+    db = db or connections[DEFAULT_DB_ALIAS]  # once: the fields ask it per value
     params: list[object] = [event.instance_id]
     params += [
         field.get_db_prep_save(getattr(event, field.attname), db) for field in _event_fields()

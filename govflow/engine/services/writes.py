@@ -262,15 +262,23 @@ ROUTE_INCIDENT = "route"
 """The kind of engine incident a step whose route out failed opens (``blocking.block``)."""
 
 
+def _stuck_rows(instance_id: int) -> tuple[str, str, list[Any]]:
+    """The two places a stuck branch shows, as ``FROM … WHERE …`` of the failed steps and
+    of the open route incidents, and their parameters: one definition for the load's
+    answer and the ending's look."""
+    return (
+        f"FROM {Token._meta.db_table} WHERE instance_id = %s AND state = %s",
+        f"FROM {Incident._meta.db_table} WHERE instance_id = %s AND kind = %s "
+        "AND resolved_at IS NULL",
+        [instance_id, TokenState.FAILED.value, instance_id, ROUTE_INCIDENT],
+    )
+
+
 def stuck_look_sql(instance_id: int) -> tuple[str, list[Any]]:
     """A scalar subquery: whether a step of the instance is failed or a route incident of
     it is open — what :func:`_stuck_reason` looks for — read with the run's load."""
-    return (
-        f"(EXISTS (SELECT 1 FROM {Token._meta.db_table} WHERE instance_id = %s AND state = %s) "
-        f"OR EXISTS (SELECT 1 FROM {Incident._meta.db_table} WHERE instance_id = %s "
-        "AND kind = %s AND resolved_at IS NULL))",
-        [instance_id, TokenState.FAILED.value, instance_id, ROUTE_INCIDENT],
-    )
+    steps, incidents, params = _stuck_rows(instance_id)
+    return f"(EXISTS (SELECT 1 {steps}) OR EXISTS (SELECT 1 {incidents}))", params
 
 
 def _stuck_reason(run: Run) -> str:
@@ -285,14 +293,9 @@ def _stuck_reason(run: Run) -> str:
     """
     if run.stuck_at_load is False and not run.stuck_since_load:
         return ""
+    steps, incidents, params = _stuck_rows(run.instance.pk)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT reason FROM {Token._meta.db_table} WHERE instance_id = %s "
-            "AND state = %s UNION ALL "
-            f"SELECT message FROM {Incident._meta.db_table} WHERE instance_id = %s "
-            "AND kind = %s AND resolved_at IS NULL",
-            [run.instance.pk, TokenState.FAILED.value, run.instance.pk, ROUTE_INCIDENT],
-        )
+        cursor.execute(f"SELECT reason {steps} UNION ALL SELECT message {incidents}", params)
         row = cursor.fetchone()
     if row is None:
         return ""
