@@ -144,6 +144,7 @@ from .services.incidents import (
     incident_reverify,
     subject_verify,
 )
+from .services.lease_handover import lease_handover, lease_handover_reading
 from .services.leases import (
     Fence,
     fence_condition,
@@ -151,7 +152,6 @@ from .services.leases import (
     fenced_update_row,
     lease_acquire,
     lease_expire,
-    lease_handover,
     lease_live_sql,
     lease_release,
     lease_release_if_held,
@@ -349,6 +349,7 @@ __all__ = [
     "lease_current",
     "lease_expire",
     "lease_handover",
+    "lease_handover_reading",
     "lease_is_live",
     "lease_live_sql",
     "lease_release",

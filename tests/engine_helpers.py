@@ -56,6 +56,21 @@ def node(node_id: str, kind: str, **fields: Any) -> dict[str, Any]:
     return {"id": node_id, "type": kind, **fields}
 
 
+def split_into(*branches: str) -> dict[str, Any]:
+    """start, a parallel split into one ``alpha.write`` action per branch, each to the end."""
+    from tests.flows import action
+
+    return graph(
+        [
+            node("s", "start"),
+            node("split", "parallel_split"),
+            *(action(branch) for branch in branches),
+            node("e", "end"),
+        ],
+        [("s", "split"), *(("split", b) for b in branches), *((b, "e") for b in branches)],
+    )
+
+
 def subject(instance: Instance) -> api.Subject:
     return api.Subject("govflow.instance", str(instance.pk))
 

@@ -37,7 +37,6 @@ __all__ = [
     "fence_condition",
     "fenced_update",
     "lease_acquire",
-    "lease_handover",
     "lease_live_sql",
     "lease_release",
     "lease_release_if_held",
@@ -152,29 +151,6 @@ def lease_takeable_sql(key: str, *, now: str | None = None) -> str:
         f"{free} AND (NOT EXISTS (SELECT 1 FROM {_TABLE} lk WHERE lk.key = {key}) "
         f"OR EXISTS (SELECT 1 FROM {_TABLE} lk WHERE lk.key = {key} FOR UPDATE SKIP LOCKED))"
     )
-
-
-def lease_handover(*, fence: Fence, holder: str, ttl: float) -> Fence:
-    """Pass a live lease to ``holder``: fence + 1, expiry renewed by database time.
-
-    For a lease taken on someone else's behalf (a claim that takes many leases, handed to
-    the process that does the work), so the lease names the process that holds it now.
-    Raises :class:`StaleFence` (changing nothing) when ``fence`` is no longer live.
-    """
-    _validate(fence.key, holder, ttl)
-    d = dialect()
-    with atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_TABLE} SET holder = %s, fence = fence + 1, acquired_at = {d.now}, "
-            f"expires_at = {d.plus_seconds} "
-            f"WHERE key = %s AND holder = %s AND fence = %s AND expires_at > {d.now} "
-            f"RETURNING fence",
-            [holder, d.seconds_param(ttl), fence.key, fence.holder, fence.fence],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise _stale(fence, "hand the lease over")
-    return Fence(key=fence.key, holder=holder, fence=row[0])
 
 
 def fence_condition(fence: Fence, *, lock: bool = True) -> tuple[str, list[object]]:

@@ -22,6 +22,7 @@ from tests.engine_helpers import (
     make_due,
     op_states,
     operations,
+    split_into,
     token_of,
     token_states,
     user_with,
@@ -275,18 +276,7 @@ def test_a_cancelled_instance_stays_cancelled(requester, approver, operator):
 
 def two_branches() -> dict:
     """start, a parallel split into actions a and b, both to the end."""
-    from tests.engine_helpers import graph, node
-
-    return graph(
-        [
-            node("s", "start"),
-            node("split", "parallel_split"),
-            action("a"),
-            action("b"),
-            node("e", "end"),
-        ],
-        [("s", "split"), ("split", "a"), ("split", "b"), ("a", "e"), ("b", "e")],
-    )
+    return split_into("a", "b")
 
 
 def test_an_absent_effect_decided_after_the_other_branch_ended_keeps_the_instance_blocked(

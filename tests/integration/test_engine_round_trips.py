@@ -148,6 +148,24 @@ def test_a_runs_chained_steps_are_one_round_trip_each(settings):
         print(f"  {number}: {transaction.round_trips} round trips, {first!r}")
 
 
+def test_a_claimed_runs_first_commit_hands_over_and_loads_in_one_statement():
+    document = linear(action("s1"), action("s2"))
+    instance_run(instance_id=start(document).pk)  # its definition read once, then cached
+    instance = start(document)
+    [claim] = instances_claim(holder="pusher-1", limit=1, ttl=30)
+    with traced() as transactions:
+        report = instance_run(instance_id=instance.pk, claim=claim)
+    assert report.status == InstanceStatus.COMPLETED
+    # BEGIN; the lease handed over with the instance, its definition's stored bytes, the
+    # load's answers and its active steps; the chain's read; the start node's rows with
+    # step 1's dispatch; COMMIT. The handover and the load were three statements (ADR 0060).
+    first = transactions[0]
+    assert first.round_trips == 5, first
+    assert first.statements[1].startswith("WITH handed AS (UPDATE recovery_lease"), first
+    assert "UNION ALL" in first.statements[1] and '"engine_token"' in first.statements[1]
+    assert Lease.objects.get(key=f"instance:{instance.pk}").holder != "pusher-1"
+
+
 def test_inside_multi_statement_every_commit_is_a_transaction(settings):
     with api.multi_statement():
         transactions = five_steps(settings)

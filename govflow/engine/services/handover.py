@@ -22,7 +22,9 @@ Transactions: :meth:`OpenedLoad.begin` opens one and leaves it open; :meth:`comm
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import TypeVar
 
 from django.db import DatabaseError
 
@@ -33,6 +35,8 @@ from ..db import engine_commit
 __all__ = ["OpenedLoad"]
 
 log = logging.getLogger("govflow.engine")
+
+T = TypeVar("T")
 
 
 class OpenedLoad:
@@ -56,6 +60,18 @@ class OpenedLoad:
         self._open.__enter__()
         try:
             return self._hand_over()
+        except BaseException as exc:
+            self.rollback(exc, again=False)
+            raise
+
+    def begin_reading(self, hand_over: Callable[[], tuple[Fence, T]]) -> tuple[Fence, T]:
+        """Open the transaction and call ``hand_over``, which takes the claimed lease over
+        with the run's reads in the same statement (ADR 0060): its fence and reads.
+        Rolls back (nothing changed) on ``StaleFence`` and on any other error."""
+        self._open = engine_commit()
+        self._open.__enter__()
+        try:
+            return hand_over()
         except BaseException as exc:
             self.rollback(exc, again=False)
             raise

@@ -78,11 +78,12 @@ from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
 from .handover import OpenedLoad
-from .load import load_run, run_reload
+from .load import handed_over_and_loaded, load_run, run_reload
 from .reconcile import ladder_due, ladder_step
 from .reconnect import DROPPED, Reconnect
 from .rehydration import rehydrate
 from .routing import derive_status
+from .rows import rows_in_one
 from .run import INTEGRITY_BLOCK, Run, instance_lease_key
 from .saga import saga_enqueue_if_due, saga_run
 from .steps import run_chained, run_token
@@ -206,12 +207,19 @@ def _handed_over_and_loaded(instance_id: int, worker: str, claim: Claim):
     Nothing to run (no such instance): committed here."""
     claimed = Fence(key=instance_lease_key(instance_id), holder=claim.holder, fence=claim.fence)
     opened = OpenedLoad(claimed=claimed, holder=worker, ttl=lease_ttl())
-    fence = opened.begin()
-    try:
-        run = load_run(instance_id, fence)
-    except BaseException as exc:
-        opened.rollback(exc, again=False)  # a dropped connection: made again whole
-        raise
+    if rows_in_one():  # the handover and the load: one statement (ADR 0060)
+        fence, run = opened.begin_reading(
+            lambda: handed_over_and_loaded(
+                instance_id, claimed=claimed, holder=worker, ttl=lease_ttl()
+            )
+        )
+    else:
+        fence = opened.begin()
+        try:
+            run = load_run(instance_id, fence)
+        except BaseException as exc:
+            opened.rollback(exc, again=False)  # a dropped connection: made again whole
+            raise
     if run is None:
         opened.commit()
     else:

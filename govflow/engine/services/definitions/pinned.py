@@ -71,23 +71,46 @@ def instance_pinned(
     costs no hashing and no query. ``extra`` adds scalar subqueries to the same statement,
     as ``(sql, attribute name, params)``; their values are set on the instance.
     """
+    sql, params = pinned_select(instance_id, extra)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return pinned_of(rows[0], extra) if rows else None
+
+
+def pinned_select(
+    instance_id: int,
+    extra: Sequence[tuple[str, str, list[Any]]] = (),
+    *,
+    lead: str = "",
+    tail: str = "",
+) -> tuple[str, list[Any]]:
+    """:func:`instance_pinned`'s statement; ``lead`` and ``tail``: select-list items put
+    first and last (for a statement that unites it with others of other columns)."""
     quote = connection.ops.quote_name
     columns = "".join(f", {sql} AS {name}" for sql, name, _ in extra)
     params = [p for _, _, extra_params in extra for p in extra_params]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {model_columns(Instance, 'i')}, d.fingerprint, d.document, "
-            f"d.contracts{columns} "
-            f"FROM {quote(Instance._meta.db_table)} i "
-            f"JOIN {quote(Definition._meta.db_table)} d ON d.id = i.definition_id "
-            "WHERE i.id = %s",
-            [*params, instance_id],
-        )
-        names = (*_PINNED, *(name for _, name, _ in extra))
-        loaded = rows_as(Instance, cursor.fetchall(), names)
-    if not loaded:
-        return None
-    instance = loaded[0]
+    return (
+        f"SELECT {lead}{model_columns(Instance, 'i')}, d.fingerprint, d.document, "
+        f"d.contracts{columns}{tail} "
+        f"FROM {quote(Instance._meta.db_table)} i "
+        f"JOIN {quote(Definition._meta.db_table)} d ON d.id = i.definition_id "
+        "WHERE i.id = %s",
+        [*params, instance_id],
+    )
+
+
+def pinned_width(extra: Sequence[tuple[str, str, list[Any]]] = ()) -> int:
+    """How many columns :func:`pinned_select` selects (``lead`` not counted)."""
+    return len(Instance._meta.concrete_fields) + len(_PINNED) + len(extra)
+
+
+def pinned_of(
+    row: Sequence[Any], extra: Sequence[tuple[str, str, list[Any]]] = ()
+) -> tuple[Instance, Pinned]:
+    """The instance and its re-hashed definition from a row :func:`pinned_select` read."""
+    names = (*_PINNED, *(name for _, name, _ in extra))
+    [instance] = rows_as(Instance, [row], names)
     pinned = _pinned(
         instance.definition_id,
         instance.pinned_fingerprint,
