@@ -127,6 +127,31 @@ def test_a_release_with_the_callers_parts_writes_them_with_it_or_not_at_all():
     assert Lease.objects.get(key="other").fence == 11  # refused: the part not written
 
 
+def test_a_handover_with_reads_moves_the_fence_and_returns_the_rows_or_changes_nothing():
+    """On PostgreSQL a handover may carry the new holder's reads in its statement
+    (``lease_handover_reading``): the rows as the statement began, none when the reads
+    find none, and a stale fence refused with the lease row unchanged."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the handover is a data-modifying WITH: PostgreSQL's")
+    claimed = api.lease_acquire(key=KEY, holder="pusher", ttl=30)
+    reads = f"SELECT 1, holder, fence FROM {Lease._meta.db_table} WHERE key = %s"
+    fence, rows = api.lease_handover_reading(
+        fence=claimed, holder="w1", ttl=30, reads=reads, params=[KEY]
+    )
+    assert (fence.holder, fence.fence) == ("w1", claimed.fence + 1)
+    assert rows == [(1, "pusher", claimed.fence)], "read as the statement began"
+    again, none = api.lease_handover_reading(
+        fence=fence, holder="w2", ttl=30, reads=reads, params=["no-such-key"]
+    )
+    assert again.fence == fence.fence + 1 and none == []
+    before = model_to_dict(Lease.objects.get(key=KEY))
+    with pytest.raises(api.StaleFence, match="hand the lease over"):
+        api.lease_handover_reading(fence=fence, holder="w3", ttl=30, reads=reads, params=[KEY])
+    assert model_to_dict(Lease.objects.get(key=KEY)) == before
+
+
 # --- expiry is database time ----------------------------------------------------------
 
 

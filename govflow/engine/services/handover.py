@@ -2,10 +2,12 @@
 
 A claimed run (ADR 0026) begins with the lease the pusher took for it: the worker takes it
 over under its own name (``recovery.api.lease_handover``: fence + 1, conditional on the
-claimed holder and fence) and loads the instance. That transaction is left open
-(:class:`OpenedLoad`) and closed by the run's first commit (``Run.commit``): the handover,
-the load and the first step's writes — usually the start node and the first dispatch
-boundary — are one commit at the server instead of two (ADR 0042). Nothing is called
+claimed holder and fence) and loads the instance — on PostgreSQL in one statement
+(:meth:`OpenedLoad.begin_reading`, ``load.handed_over_and_loaded``, ADR 0060). That
+transaction is left open (:class:`OpenedLoad`) and closed by the run's first commit
+(``Run.commit``): the handover, the load and the first step's writes — usually the start
+node and the first dispatch boundary — are one commit at the server instead of two (ADR
+0042). Nothing is called
 outside before it: a provider call waits for a commit (the dispatch boundary, or
 ``Run.kept_alive``, which commits the load first).
 

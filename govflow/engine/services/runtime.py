@@ -6,8 +6,8 @@ The protocol (invariants I1-I12), at its one home:
    loads the instance, in one commit. A worker's run was claimed with its lease already
    taken (``queue.instances_claim``, ADR 0026): it hands the lease to the worker (fence +
    1 again) and loads the instance in a transaction the run's first commit closes
-   (``handover``, ADR 0042). A second run, or a second cluster, finds the lease held (or
-   its claim's fence stale) and leaves.
+   (``handover``, ADR 0042; one statement: 0060). A second run, or a second cluster,
+   finds the lease held (or its claim's fence stale) and leaves.
 2. Before anything moves, the load is checked (I12): the definition's stored bytes must
    hash to the instance's pin and still resolve, the action contracts must match, no
    integrity incident may be open, and the stored variables and steps must equal the
