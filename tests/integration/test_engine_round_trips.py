@@ -161,6 +161,8 @@ def test_a_claimed_runs_first_commit_hands_over_and_loads_in_one_statement():
     # step 1's dispatch; COMMIT. The handover and the load were three statements (ADR 0060).
     first = transactions[0]
     assert first.round_trips == 5, first
+    # Then step 1's success with step 2's dispatch alone, and the ending (ADR 0059).
+    assert [t.round_trips for t in transactions] == [5, 1, 6], transactions
     assert first.statements[1].startswith("WITH handed AS (UPDATE recovery_lease"), first
     assert "UNION ALL" in first.statements[1] and '"engine_token"' in first.statements[1]
     assert Lease.objects.get(key=f"instance:{instance.pk}").holder != "pusher-1"

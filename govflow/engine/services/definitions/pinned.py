@@ -101,7 +101,7 @@ def pinned_select(
 
 
 def pinned_width(extra: Sequence[tuple[str, str, list[Any]]] = ()) -> int:
-    """How many columns :func:`pinned_select` selects (``lead`` not counted)."""
+    """How many columns :func:`pinned_select` selects, ``lead`` and ``tail`` not counted."""
     return len(Instance._meta.concrete_fields) + len(_PINNED) + len(extra)
 
 
