@@ -163,6 +163,10 @@ def test_a_claimed_runs_first_commit_hands_over_and_loads_in_one_statement():
     assert first.round_trips == 5, first
     # Then step 1's success with step 2's dispatch alone, and the ending (ADR 0059).
     assert [t.round_trips for t in transactions] == [5, 1, 6], transactions
+    # The first dispatch joins the start node's rows to the operation's insert, whose
+    # values go as one JSON parameter: within the 50 whose conversion psycopg caches.
+    assert max(first.parameters) <= 50, first.parameters
+    print(f"\nfirst commit's statements' parameters: {first.parameters}")
     assert first.statements[1].startswith("WITH handed AS (UPDATE recovery_lease"), first
     assert "UNION ALL" in first.statements[1] and '"engine_token"' in first.statements[1]
     assert Lease.objects.get(key=f"instance:{instance.pk}").holder != "pusher-1"
