@@ -22,9 +22,9 @@ from recovery.api import FingerprintKind, canonical_bytes, fingerprint, fingerpr
 from recovery.api import operation_key as derive_key
 from recovery.keys import chain_keys
 from recovery.services._ledger import ROW
-from recovery.services.dispatch_write import _BLOCKING as BLOCKING
+from recovery.services.dispatch_write import packed_values
 from recovery.services.step_parts import _CHECKPOINT_READ
-from recovery.subjects import LEDGER_WATERMARK as LEDGER_WIDE
+from recovery.subjects import Subject
 
 # What each captured statement must start with, in order (two transactions).
 # On PostgreSQL the dispatch write's two inserts are one statement, a success's reads one
@@ -183,33 +183,14 @@ def lifecycle_runner(
             execute(
                 insert_both,
                 [
-                    p.key,
-                    st,
-                    sid,
-                    r["step_id"],
-                    r["action"],
-                    r["recovery_mode"],
-                    r["definition_fp"],
-                    r["input_fp"],
-                    r["preview_fp"],
-                    r["access_fp"],
-                    r["idempotency_fp"],
-                    fence.key,
-                    fence.fence,
-                    r["ordinal"],
-                    "dispatched",
-                    seq,
+                    # the operation's values as one JSON parameter (ADR 0060), then the
+                    # fence its insert is conditional on
+                    packed_values(
+                        p.key, Subject(st, sid), r, fence, r["ordinal"], "dispatched", seq
+                    ),
                     fence.key,
                     fence.holder,
                     fence.fence,
-                    # the dispatch write's own checks: no open incident on the subject or
-                    # the whole ledger, no unsettled operation of the same effect
-                    st,
-                    sid,
-                    LEDGER_WIDE.type,
-                    LEDGER_WIDE.id,
-                    r["idempotency_fp"],
-                    *BLOCKING,
                     # its checkpoint, in the same statement
                     *(st, sid, seq, "operation.recorded", fact, fact_fp, prev, link, key_id, ""),
                 ],

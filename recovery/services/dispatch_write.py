@@ -168,17 +168,6 @@ def _insert_sql_packed(key, subject: Subject, row: dict, fence: Fence, ordinal, 
     not 29, so the statement it joins stays within the 50 whose conversion psycopg caches
     (a step's first dispatch: ADR 0053, 0060)."""
     fenced_sql, fenced_params = fence_condition(fence)
-    values = {
-        "key": key,
-        "subject_type": subject.type,
-        "subject_id": subject.id,
-        **{column: row[column] for column in _RECORDED},
-        "lease_key": fence.key,
-        "fence": fence.fence,
-        "ordinal": ordinal,
-        "state": state,
-        "chain_seq": seq,
-    }
     sql = (
         f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
         "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
@@ -195,7 +184,24 @@ def _insert_sql_packed(key, subject: Subject, row: dict, fence: Fence, ordinal, 
         f"AND NOT EXISTS (SELECT 1 FROM {_OP} o WHERE o.idempotency_fp = v.idempotency_fp "
         f"AND o.state IN ({', '.join(_literal(state) for state in _BLOCKING)}))"
     )
-    return sql, [json.dumps(values), *fenced_params]
+    return sql, [packed_values(key, subject, row, fence, ordinal, state, seq), *fenced_params]
+
+
+def packed_values(key, subject: Subject, row: dict, fence: Fence, ordinal, state, seq) -> str:
+    """The JSON parameter of :func:`_insert_sql_packed`: the operation row's values."""
+    return json.dumps(
+        {
+            "key": key,
+            "subject_type": subject.type,
+            "subject_id": subject.id,
+            **{column: row[column] for column in _RECORDED},
+            "lease_key": fence.key,
+            "fence": fence.fence,
+            "ordinal": ordinal,
+            "state": state,
+            "chain_seq": seq,
+        }
+    )
 
 
 def _exists(key: str) -> OperationExists:
