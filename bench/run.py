@@ -2,7 +2,7 @@
 
     make bench                                    # full run
     make bench ARGS=--quick                       # a short run of each
-    make bench ARGS="--only tasks"                # one of them: ledger, engine, tasks, desk
+    make bench ARGS="--only tasks"                # one: ledger, engine, tasks, desk, instructions
     make bench ARGS="--ledger-args='--lifecycles 5000' --engine-args='--n 1000'"
 
 1. ``bench/ledger.py``: one non-atomic ledger lifecycle (record, then a verified success):
@@ -17,6 +17,9 @@
 4. ``bench/desk.py``: the operator's desk with 10,000 instances (1,000 blocked): page
    times (median, 95th percentile) and queries of the work queue, the instance list and
    an instance page of 200 steps.
+5. ``bench/instructions.py``: instructions per step of the client and of the server,
+   counted by valgrind's callgrind, not timed: the same for the same code whatever else
+   the machine does. It starts a server of its own under callgrind.
 
 All run on the same server: a throwaway durable one (``scripts/pg-server start DIR
 durable``, see ``pgserver.py``) started here and stopped at the end, also on error or
@@ -60,6 +63,7 @@ PARTS = (
     Part("engine", "bench/engine_vs_dbos.py", "GovFlow engine vs DBOS Transact"),
     Part("tasks", "bench/tasks.py", "external tasks: fetch-and-lock claims"),
     Part("desk", "bench/desk.py", "the operator's desk with 10,000 instances"),
+    Part("instructions", "bench/instructions.py", "instructions per step, client and server"),
 )
 
 
@@ -99,6 +103,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="",
         metavar="ARGS",
         help="more options for bench/desk.py, e.g. '--instances 50000 --repeat 50'",
+    )
+    parser.add_argument(
+        "--instructions-args",
+        default="",
+        metavar="ARGS",
+        help="more options for bench/instructions.py, e.g. '--instances 40 --top 30'",
     )
     parser.add_argument(
         "--engine-args",
@@ -171,6 +181,7 @@ def main(argv: list[str]) -> int:
         "engine": shlex.split(args.engine_args),
         "tasks": shlex.split(args.tasks_args),
         "desk": shlex.split(args.desk_args),
+        "instructions": shlex.split(args.instructions_args),
     }
     quick = ["--quick"] if args.quick else []
     started = perf_counter()
