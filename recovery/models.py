@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.files.storage import storages
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
@@ -65,9 +66,10 @@ class Operation(models.Model):
     result_fp = models.CharField(max_length=64, blank=True, default="")
     lease_key = models.CharField(max_length=200)
     fence = models.BigIntegerField()
-    ordinal = models.PositiveIntegerField()
+    # Written at every step: bounded by validation, not a CHECK constraint (ADR 0061).
+    ordinal = models.IntegerField(validators=[MinValueValidator(0)])
     state = models.CharField(max_length=20, choices=OperationState.choices)
-    revision = models.PositiveIntegerField()
+    revision = models.IntegerField(validators=[MinValueValidator(0)])
     chain_seq = models.BigIntegerField()
     recorded_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .external_tasks import ExternalTask, Refusal, ReportKind, TaskReport, TaskState
 from .states import DeliveryState, InstanceStatus, TimerState, TokenState, WaitKind
+
+NON_NEGATIVE = [MinValueValidator(0)]
+"""The bound of the counters written at every step (ordinals, attempts, polls), checked by
+the model's validation and the engine that computes them, not by a database CHECK
+constraint: PostgreSQL parses and plans a table's CHECK constraints again at every
+statement that writes a row of it (ADR 0061)."""
 
 __all__ = [
     "ContractMigration",
@@ -92,7 +99,7 @@ class Instance(models.Model):
         help_text="Canonical JSON of the action contracts operators migrated this instance "
         "to (by an approved migration); empty: the definition's own.",
     )
-    next_ordinal = models.PositiveIntegerField(default=1)
+    next_ordinal = models.IntegerField(default=1, validators=NON_NEGATIVE)
     case = models.JSONField(
         default=list,
         blank=True,
@@ -164,10 +171,12 @@ class Token(models.Model):
         Instance, on_delete=models.CASCADE, related_name="tokens", db_index=False
     )
     node_id = models.CharField(max_length=100)
-    ordinal = models.PositiveIntegerField(help_text="Durable step ordinal within the instance.")
+    ordinal = models.IntegerField(
+        help_text="Durable step ordinal within the instance.", validators=NON_NEGATIVE
+    )
     state = models.CharField(max_length=16, choices=TokenState.choices)
-    attempt = models.PositiveIntegerField(default=0)
-    poll = models.PositiveIntegerField(default=0)
+    attempt = models.IntegerField(default=0, validators=NON_NEGATIVE)
+    poll = models.IntegerField(default=0, validators=NON_NEGATIVE)
     wait_kind = models.CharField(max_length=10, choices=WaitKind.choices, blank=True, default="")
     wait_key = models.CharField(max_length=300, blank=True, default="")
     not_before = models.DateTimeField(null=True, blank=True)
