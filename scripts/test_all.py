@@ -23,19 +23,24 @@ def run_pytest(backend: str, env: dict[str, str], args: list[str]) -> dict[str, 
     report = VAR / f"junit-{backend}.xml"
     report.unlink(missing_ok=True)
     print(f"\n===== {backend}: running the suite =====", flush=True)
-    code = subprocess.call(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            f"--junitxml={report}",
-            "-o",
-            f"junit_suite_name={backend}",
-            *args,
-        ],
-        cwd=ROOT,
-        env=env,
-    )
+    # Every process of the run (pytest, the clusters and servers the tests start, each of
+    # which makes throwaway folders for evidence and anchors at start-up) makes its
+    # temporary files in one folder, removed afterwards: a killed process cleans nothing.
+    with tempfile.TemporaryDirectory(prefix="govflow-test-", ignore_cleanup_errors=True) as tmp:
+        os.chmod(tmp, 0o711)  # a server the tests start may run as 'postgres'
+        code = subprocess.call(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                f"--junitxml={report}",
+                "-o",
+                f"junit_suite_name={backend}",
+                *args,
+            ],
+            cwd=ROOT,
+            env={**env, "TMPDIR": tmp},
+        )
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "exit": code}
     if report.exists():
         suite = ET.parse(report).getroot()
