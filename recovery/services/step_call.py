@@ -273,10 +273,10 @@ def _tail_known(observation: Observation, record: dict[str, Any]):
 
 _CALL_TAIL = (
     "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s, %s, %s::bigint, "
-    "%s, %s, %s::text[], %s, %s, %s, %s)"
+    "%s, %s, %s::text[], %s, %s, %s, %s, %s, %s)"
 )
-"""16 parameters (migration 0018): with the engine's step rows in front, a statement under
-psycopg's 50, so its conversion is cached."""
+"""18 parameters (migrations 0018, 0021): with the engine's step rows in front, a
+statement of 47, under psycopg's 50, so its conversion is cached."""
 
 
 def _call_tail(cursor, observation, known, record, projection_fp, first, *, alone=False):

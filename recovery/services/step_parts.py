@@ -60,19 +60,25 @@ def _next_prepared(record, fence, observed, projection_fp):
 
 def _recorded_arguments(record, key, values, observed, recorded, packed=False) -> list[Any]:
     """The call's arguments after step k's: step k+1's operation, both checkpoints; with
-    ``packed``, the operation and the checkpoints each as one JSON array of texts
-    (migration 0018)."""
+    ``packed``, the operation as one JSON array of texts, the checkpoints' kinds,
+    fingerprints, links and projections as another, then their two facts as plain texts
+    (migrations 0018, 0021: a fact is JSON itself, and inside a JSON text every quote of it
+    would be escaped and unescaped again)."""
     operation = [key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]]
+    constants = [list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id]
+    if packed:
+        operation[-2] = str(operation[-2])
+        links = [
+            *(observed.kind, observed.fact_fp, observed.link, observed.projection_fp),
+            *(recorded.kind, recorded.fact_fp, recorded.link, recorded.projection_fp),
+        ]
+        return [json_text(operation), *constants, json_text(links), observed.fact, recorded.fact]
     links = [
         *observed.row()[3:6],
         *(observed.link, observed.projection_fp),
         *recorded.row()[3:6],
         *(recorded.link, recorded.projection_fp),
     ]
-    constants = [list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id]
-    if packed:
-        operation[-2] = str(operation[-2])
-        return [json_text(operation), *constants, json_text(links)]
     return [*operation, *constants, *links]
 
 
