@@ -101,3 +101,22 @@ def top_statements(
             [database, limit],
         ).fetchall()
     return [(int(calls), int(plans), float(ms), text) for calls, plans, ms, text in rows]
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(steal, all) CPU ticks of the whole machine so far (``/proc/stat``; (0, 0) where
+    there is none). Steal is time the hypervisor gave this virtual machine's CPUs to
+    someone else while they had work: a run that suffered much of it is slower for reasons
+    that are not the engine's."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    return fields[7], sum(fields)
+
+
+def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The share of the machine's CPU time stolen between two :func:`machine_ticks`."""
+    ticks = after[1] - before[1]
+    return (after[0] - before[0]) / ticks if ticks > 0 else None

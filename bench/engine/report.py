@@ -311,6 +311,13 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
             )
         out(
             _row(
+                "  CPU stolen by the hypervisor, share of the machine's time",
+                _share(gfr.get("steal")),
+                _share(dbr.get("steal")),
+            )
+        )
+        out(
+            _row(
                 "  PostgreSQL plan + execute ms (wall clock: waits included)",
                 _f(gfr["per_step"]["server_ms"], 2),
                 _f(dbr["per_step"]["server_ms"], 2),
@@ -481,3 +488,7 @@ def _print_timers(r: dict[str, Any], out: Callable[[str], None]) -> None:
         f"{t['runs_per_instance']:.2f}; setup (bulk rows) took {_f(t['setup_seconds'], 1)} s"
     )
     out("")
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"

@@ -19,7 +19,7 @@ from bench.pgserver import Server
 from . import dbos_side as dbos
 from . import govflow_db as gdb
 from . import govflow_side as gf
-from .counters import Counters, counters, top_statements
+from .counters import Counters, counters, machine_ticks, steal_share, top_statements
 from .procs import pids_cpu, wait_until
 
 SETTLE_TIMEOUT = 900
@@ -136,12 +136,14 @@ def govflow_throughput(
     server.reset_statements(name)
     before = counters(server, name)
     cpu_before = cluster.cpu_by_role()  # read before the processes are killed
+    ticks_before = machine_ticks()
     poller.queries = 0
     ids, enqueue_seconds = gdb.start_instances(
         definition, cfg.throughput_n, cfg.govflow_enqueue_threads
     )
     statuses = gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=groups)
     cpu_after = cluster.cpu_by_role()
+    steal = steal_share(ticks_before, machine_ticks())
     runs = cluster.advance_tasks_run() - runs_before
     cluster.kill()
     time.sleep(1.5)  # backends of the killed processes flush their statistics
@@ -162,6 +164,7 @@ def govflow_throughput(
         "runs_per_instance": runs / len(ids),
         "per_step": _per_step(before, after, steps, poller.queries),
         "cpu": _cpu_per_step(cpu_before, cpu_after, steps),
+        "steal": steal,
     }
     if detail:
         result["top_statements"] = [
@@ -476,11 +479,13 @@ def dbos_throughput(server: Server, cfg: Config, workers: int, pair: int = 1) ->
         server.reset_statements(name)
         before = counters(server, name)
         cpu_before = cpu()
+        ticks_before = machine_ticks()
         progress.queries = 0
         n = cfg.throughput_n
         enqueue_seconds = dbos.enqueue(url, "run", n, cfg.dbos.enqueue_threads, enqueue_log)
         statuses = progress.wait_done("run", n, timeout=SETTLE_TIMEOUT, groups=pool.groups)
         cpu_after = cpu()
+        steal = steal_share(ticks_before, machine_ticks())
         pool.kill()
         time.sleep(1.5)
         after = counters(server, name)
@@ -500,6 +505,7 @@ def dbos_throughput(server: Server, cfg: Config, workers: int, pair: int = 1) ->
         "statuses": statuses,
         "per_step": _per_step(before, after, steps, progress.queries),
         "cpu": _cpu_per_step(cpu_before, cpu_after, steps),
+        "steal": steal,
     }
 
 
