@@ -8,6 +8,7 @@ backend fails, ran no test, or could not run at all. Extra arguments go to pytes
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,6 +88,7 @@ def main(args: list[str]) -> int:
             subprocess.call(
                 [str(ROOT / "scripts" / "pg-server"), "stop", server_dir], stderr=subprocess.DEVNULL
             )
+            shutil.rmtree(os.path.dirname(server_dir), ignore_errors=True)
 
     print("\n===== summary =====")
     ok = True

@@ -8,8 +8,11 @@ process runs the sweeper thread.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -82,7 +85,12 @@ def timer_document() -> dict:
     }
 
 
-_ANCHORS = tempfile.mkdtemp(prefix="govflow-bench-anchors-")
+@functools.cache
+def _anchors() -> str:
+    """This process's folder of anchor files, made at first use and removed at its exit."""
+    path = tempfile.mkdtemp(prefix="govflow-bench-anchors-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def django_env(url: str) -> dict[str, str]:
@@ -91,7 +99,7 @@ def django_env(url: str) -> dict[str, str]:
     # Each throwaway database gets its own anchor file: anchors kept from an earlier run
     # (or another scenario's database) would rightly read as a restored database.
     database = url.rsplit("/", 1)[-1].split("?", 1)[0]
-    env["GOVFLOW_ANCHOR_PATH"] = os.path.join(_ANCHORS, f"{database}.anchors")
+    env["GOVFLOW_ANCHOR_PATH"] = os.path.join(_anchors(), f"{database}.anchors")
     env["GOVFLOW_LOG_LEVEL"] = "INFO"  # the production default; the driver logs less
     return env
 
