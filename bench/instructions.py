@@ -40,9 +40,10 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pgserver import PG_SERVER, _as_owner, _pg_bin
-from report import save_targets, say, table
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.engine.govflow_side import django_env
+from bench.pgserver import PG_SERVER, _as_owner, _pg_bin
+from bench.report import save_targets, say, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "bench" / "engine" / "instructions_client.py"
@@ -94,7 +95,7 @@ def migrated_server(directory: Path, log: Path) -> Path:
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE DATABASE instructions")
-        env = client_env(url.rsplit("/", 1)[0] + "/instructions", directory)
+        env = client_env(url.rsplit("/", 1)[0] + "/instructions")
         with open(log, "ab") as out:
             migrated = subprocess.run(
                 [sys.executable, str(ROOT / "manage.py"), "migrate", "--verbosity", "0"],
@@ -108,11 +109,10 @@ def migrated_server(directory: Path, log: Path) -> Path:
     return directory / "data"
 
 
-def client_env(url: str, scratch: Path) -> dict[str, str]:
-    env = dict(os.environ, DATABASE_URL=url, PYTHONPATH=str(ROOT), PYTHONHASHSEED="0")
-    env.update(DJANGO_SETTINGS_MODULE="bench.engine.settings", GOVFLOW_LOG_LEVEL="WARNING")
-    env["GOVFLOW_ANCHOR_PATH"] = str(scratch / f"{url.rsplit('/', 1)[-1]}.anchors")
-    return env
+def client_env(url: str) -> dict[str, str]:
+    """The engine bench's environment for a process on ``url`` (settings, anchors), with
+    a fixed hash seed (the same dict orders, so the same instructions) and less logging."""
+    return {**django_env(url), "PYTHONHASHSEED": "0", "GOVFLOW_LOG_LEVEL": "WARNING"}
 
 
 def counted_server(data: Path, out: Path, port: int) -> subprocess.Popen:
@@ -142,7 +142,7 @@ def wait_ready(url: str, server: subprocess.Popen) -> None:
     raise SystemExit(f"the server under callgrind did not accept connections in {READY_TIMEOUT} s")
 
 
-def run_client(url: str, n: int, out: Path, scratch: Path) -> tuple[int, Path]:
+def run_client(url: str, n: int, out: Path) -> tuple[int, Path]:
     """Run the client under callgrind on a fresh copy of the migrated database; return
     the pid of the server process that served it and the client's own output file."""
     name = f"instructions_{n}"
@@ -152,7 +152,7 @@ def run_client(url: str, n: int, out: Path, scratch: Path) -> tuple[int, Path]:
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={client_out}",
          sys.executable, str(CLIENT), str(n)],
-        cwd=ROOT, env=client_env(f"{url}/{name}", scratch), capture_output=True, text=True,
+        cwd=ROOT, env=client_env(f"{url}/{name}"), capture_output=True, text=True,
     )  # fmt: skip
     backend = re.search(r"^BACKEND (\d+)$", done.stdout, re.M)
     if done.returncode != 0 or backend is None:
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = {}
             for n in (0, args.instances):
                 say(f"client under callgrind: warm-up, then {n} instances")
-                backend, client_out = run_client(url, n, out, parent)
+                backend, client_out = run_client(url, n, out)
                 runs[n] = (client_out, wait_written(out / f"server.{backend}"))
         finally:
             stop(server)

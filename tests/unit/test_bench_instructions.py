@@ -8,13 +8,11 @@ report made-up callgrind files of the format valgrind writes, read by the real
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import instructions
+from bench import instructions
 
 pytestmark = pytest.mark.skipif(
     shutil.which("callgrind_annotate") is None,
