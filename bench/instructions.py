@@ -1,7 +1,7 @@
 """Instructions per step, client and server: what a step costs, counted instead of timed.
 
     make bench ARGS="--only instructions"
-    .venv/bin/python bench/instructions.py [--instances K] [--top N]
+    .venv/bin/python bench/instructions.py [--instances K] [--top N] [--keep DIR]
 
 Times on a shared virtual machine move by a third between identical runs (other tenants,
 the hypervisor taking the CPU away: ``steal`` in ``/proc/stat``), far more than most
@@ -52,10 +52,15 @@ READY_TIMEOUT = 300  # s: a server under callgrind starts slowly on a busy machi
 
 PARTS = (
     ("executor set-up of each statement run", "standard_ExecutorStart"),
+    ("set-up of INSERT and UPDATE nodes", "ExecInitModifyTable"),
+    ("set-up of Result nodes (VALUES rows, one-time filters)", "ExecInitResult"),
+    ("set-up of index scans", "ExecInitIndexScan"),
+    ("set-up of row locks (FOR SHARE, FOR UPDATE)", "ExecInitLockRows"),
     ("PL/pgSQL ledger functions (all they run)", "plpgsql_call_handler"),
     ("JSON parsing (jsonb and json parameters)", "pg_parse_json"),
     ("index entries written", "ExecInsertIndexTuples"),
     ("planning", "standard_planner"),
+    ("foreign keys checked on insert", "RI_FKey_check_ins"),
     ("commits", "CommitTransactionCommand"),
     ("WAL records", "XLogInsert"),
 )
@@ -69,6 +74,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=15, help="server functions shown")
     parser.add_argument("--quick", action="store_true", help="K = 10")
     parser.add_argument("--targets-json", metavar="PATH", help="for bench/run.py (none)")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="copy the four callgrind files (client and server, 0 and K instances) to DIR, "
+        "for callgrind_annotate or kcachegrind",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.instances = 10
@@ -228,6 +239,15 @@ def stop(server: subprocess.Popen) -> None:
             server.wait()
 
 
+def keep(runs: dict, folder: Path) -> None:
+    """Copy each run's callgrind files to ``folder`` (``client.N``, ``server.N``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, (client_out, server_out) in runs.items():
+        shutil.copyfile(client_out, folder / f"client.{n}")
+        shutil.copyfile(server_out, folder / f"server.{n}")
+    say(f"callgrind files kept in {folder}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     missing = [tool for tool in ("valgrind", "callgrind_annotate") if not shutil.which(tool)]
@@ -258,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             stop(server)
         say()
         report(runs, args.instances, args.top)
+        if args.keep:
+            keep(runs, Path(args.keep))
         say(f"\n(measured in {time.monotonic() - started:.0f} s)")
     finally:
         shutil.rmtree(parent, ignore_errors=True)

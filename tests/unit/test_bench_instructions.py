@@ -71,3 +71,38 @@ def test_a_missing_count_is_an_error_that_names_the_file(tmp_path):
     unfinished.write_text("events: Ir\nfn=main\n0 5\n")
     with pytest.raises(SystemExit, match=r"server\.123 has no totals"):
         instructions.total(unfinished)
+
+
+def test_the_executor_set_up_is_split_by_the_nodes_it_builds(tmp_path, monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(instructions, "say", lambda text="": said.append(text))
+    client = callgrind(tmp_path / "c", {"main": 10}, {})
+    server0 = callgrind(tmp_path / "s0", {"PostgresMain": 10}, {})
+    server_k = callgrind(
+        tmp_path / "sk",
+        {"PostgresMain": 1_000, "standard_ExecutorStart": 3_000, "ExecInitLockRows": 1_000},
+        {
+            "PostgresMain": ("standard_ExecutorStart", 4_000),
+            "standard_ExecutorStart": ("ExecInitLockRows", 1_000),
+        },
+    )
+    instructions.report({0: (client, server0), 2: (client, server_k)}, k=2, top=1)
+    lines = "\n".join(said).splitlines()
+    # 10 steps, 499 instructions each at the server: the set-up 400 of them, row locks 100.
+    executor = next(line for line in lines if line.strip().startswith("executor set-up"))
+    locks = next(line for line in lines if "row locks" in line)
+    assert "400" in executor and "80%" in executor, lines
+    assert "ExecInitLockRows" in locks and "100" in locks and "20%" in locks, lines
+
+
+def test_kept_files_are_each_runs_client_and_server_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(instructions, "say", lambda text="": None)
+    runs = {}
+    for n in (0, 20):
+        client = callgrind(tmp_path / f"c{n}", {"main": n + 1}, {})
+        server = callgrind(tmp_path / f"s{n}", {"PostgresMain": n + 2}, {})
+        runs[n] = (client, server)
+    instructions.keep(runs, tmp_path / "kept" / "here")
+    kept = sorted(p.name for p in (tmp_path / "kept" / "here").iterdir())
+    assert kept == ["client.0", "client.20", "server.0", "server.20"]
+    assert instructions.total(tmp_path / "kept" / "here" / "server.20") == 22
