@@ -6,13 +6,31 @@ A ``cursor`` not made by this API, or a ``page_size`` that is not a whole number
 
 from __future__ import annotations
 
+import binascii
 import re
+from base64 import b64decode
+from urllib.parse import parse_qsl
 
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import CursorPagination
 
 _POSITION = re.compile(r"^[0-9]{1,18}$")
 _PAGE_SIZE = re.compile(r"^[0-9]{1,3}$")
+_FIELDS = frozenset({"o", "r", "p"})
+"""What a cursor this API gives out holds (DRF's ``encode_cursor``): offset, reverse, position."""
+
+
+def _made_here(encoded: str) -> bool:
+    """Whether ``encoded`` has the shape of a cursor this API gives out: strict base64 of a
+    query of DRF's three fields, each at most once. DRF's own decoding is lenient: it drops
+    any character that is not base64, so ``%%%`` decoded to no field at all, the first page.
+    """
+    try:
+        text = b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
+        fields = [name for name, _ in parse_qsl(text, keep_blank_values=True, strict_parsing=True)]
+    except (UnicodeError, binascii.Error, ValueError):
+        return False
+    return bool(fields) and set(fields) <= _FIELDS and len(fields) == len(set(fields))
 
 
 class IdCursorPagination(CursorPagination):
@@ -45,7 +63,8 @@ class IdCursorPagination(CursorPagination):
         )
 
     def decode_cursor(self, request):
-        if len(request.query_params.getlist(self.cursor_query_param)) > 1:
+        given = request.query_params.getlist(self.cursor_query_param)
+        if len(given) > 1 or (given and given[0] and not _made_here(given[0])):
             raise self._bad_cursor()
         try:
             cursor = super().decode_cursor(request)

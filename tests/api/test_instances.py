@@ -193,6 +193,10 @@ def test_case_variables_match_the_json_value_they_spell(key_client, waiting_defi
         "var.a=" + "x" * 201,
         "cursor=not-a-cursor",
         "cursor=cD1hYmM%3D",  # a well-formed cursor at position "abc"
+        "cursor=%25%25%25",  # no base64 character: DRF alone read it as the first page
+        "cursor=cD0x%25",  # a given-out cursor with a character added
+        "cursor=eD0x",  # "x=1": base64, but no field a cursor has
+        "cursor=cD0xJnA9Mg%3D%3D",  # "p=1&p=2": a field twice
     ],
 )
 def test_unreadable_filters_are_400_naming_the_parameter(key_client, waiting_definition, query):
@@ -208,6 +212,19 @@ def test_pages_follow_next_links_without_repeats(key_client, waiting_definition)
         seen += [i["id"] for i in page["results"]]
         url = page["next"]
     assert seen == sorted(made, reverse=True)
+
+
+def test_previous_links_lead_back_to_the_same_pages(key_client, waiting_definition):
+    made = sorted(start_instance(waiting_definition, ref=str(n)).pk for n in range(5))
+    first = key_client.get("/api/v1/instances/?page_size=2").json()
+    second = key_client.get(first["next"]).json()
+    third = key_client.get(second["next"]).json()
+    assert [i["id"] for i in third["results"]] == made[:1]
+    back = key_client.get(third["previous"]).json()
+    assert back["results"] == second["results"]
+    assert key_client.get(back["previous"]).json()["results"] == first["results"]
+    # An empty cursor is no cursor: the first page.
+    assert key_client.get("/api/v1/instances/?page_size=2&cursor=").json() == first
 
 
 def test_cancel_with_a_reason_cancels_and_says_who(key_client, waiting_definition):
