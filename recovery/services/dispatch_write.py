@@ -114,14 +114,19 @@ def insert_recorded(
         raise chain.conflict(subject, checkpoint.seq)
 
 
+_INSERT_INTO = (
+    f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, result_fp, "
+    "lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, updated_at)"
+)
+"""The recorded operation's columns, in the order both statements below select them."""
+
+
 def _insert_sql(key, subject: Subject, row: dict, fence: Fence, ordinal, state, seq):
     """The operation's conditional INSERT … SELECT … WHERE, and its parameters."""
     d = dialect()
     fenced_sql, fenced_params = fence_condition(fence)
     sql = (
-        f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
-        "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
-        "updated_at) "
+        f"{_INSERT_INTO} "
         "SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s, 1, %s, "
         f"{d.now}, {d.now} WHERE {fenced_sql} AND NOT EXISTS (SELECT 1 FROM {_INC} "
         "WHERE status = 'open' AND ((subject_type = %s AND subject_id = %s) OR "
@@ -169,9 +174,7 @@ def _insert_sql_packed(key, subject: Subject, row: dict, fence: Fence, ordinal, 
     (a step's first dispatch: ADR 0053, 0060)."""
     fenced_sql, fenced_params = fence_condition(fence)
     sql = (
-        f"INSERT INTO {_OP} (key, subject_type, subject_id, {', '.join(_RECORDED)}, "
-        "result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at, "
-        "updated_at) "
+        f"{_INSERT_INTO} "
         f"SELECT v.key, v.subject_type, v.subject_id, "
         f"{', '.join(f'v.{column}' for column in _RECORDED)}, '', v.lease_key, v.fence, "
         f"v.ordinal, v.state, 1, v.chain_seq, {dialect().now}, {dialect().now} "
