@@ -58,13 +58,8 @@ class OpenedLoad:
         Raises ``StaleFence`` (the transaction rolled back, nothing changed) when the
         claim's lease is no longer live.
         """
-        self._open = engine_commit()
-        self._open.__enter__()
-        try:
-            return self._hand_over()
-        except BaseException as exc:
-            self.rollback(exc, again=False)
-            raise
+        fence, _ = self.begin_reading(lambda: (self._hand_over(), None))
+        return fence
 
     def begin_reading(self, hand_over: Callable[[], tuple[Fence, T]]) -> tuple[Fence, T]:
         """Open the transaction and call ``hand_over``, which takes the claimed lease over
