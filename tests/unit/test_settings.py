@@ -96,3 +96,30 @@ def test_worker_recycling_is_rare_by_default_and_a_negative_limit_is_refused():
     done = manage("check", **dict(PROD_ENV, GOVFLOW_Q_MAX_RSS="-1"))
     assert done.returncode != 0
     assert "GOVFLOW_Q_MAX_RSS=-1 is below 0" in done.stderr
+
+
+def test_the_test_settings_folders_go_with_their_process(tmp_path):
+    """Each process that loads the test settings makes an evidence and an anchors folder;
+    they are removed when it exits (``make test`` also runs pytest in a folder of its own,
+    for the processes the crash tests kill)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GOVFLOW_"))}
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from django.conf import settings; import os; "
+            "print(settings.EVIDENCE_ROOT); print(os.path.dirname(settings.RECOVERY_ANCHOR_PATH));"
+            "print(all(os.path.isdir(p) for p in (settings.EVIDENCE_ROOT, "
+            "os.path.dirname(settings.RECOVERY_ANCHOR_PATH))))",
+        ],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "govflow.settings.test", "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    evidence, anchors, existed = made.stdout.split()
+    assert existed == "True"  # they were there while the process ran
+    assert evidence.startswith(str(tmp_path)) and anchors.startswith(str(tmp_path))
+    assert not os.path.exists(evidence) and not os.path.exists(anchors)
