@@ -10,9 +10,7 @@ and the targets are saved for ``bench/run.py``'s summary. Used by ``bench/ledger
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,7 +33,6 @@ def django_test_db(server: Server, prefix: str) -> Iterator[str]:
     import django
 
     django.setup()
-    from django.conf import settings
     from django.db import connection
 
     original = connection.settings_dict["NAME"]
@@ -44,11 +41,8 @@ def django_test_db(server: Server, prefix: str) -> Iterator[str]:
     try:
         yield db_name
     finally:
+        # The test settings' evidence and anchors folders go when this process exits.
         connection.creation.destroy_test_db(original, verbosity=0)
-        evidence = str(getattr(settings, "EVIDENCE_ROOT", ""))
-        ours = os.path.basename(evidence).startswith("govflow-evidence-")
-        if ours and evidence.startswith(tempfile.gettempdir()):
-            shutil.rmtree(evidence, ignore_errors=True)
 
 
 def run_bench(targets_json: str | None, body: Callable[[], list[Target]]) -> int:
