@@ -1,10 +1,8 @@
-"""The public Python API of the recovery core. Import from here, not from submodules.
-
-This is the one door: a host application imports ``recovery.api`` and nothing else of
-``recovery`` (an import-linter contract in ``pyproject.toml`` checks it for GovFlow).
-Writes are the services below; reads of the ledger, decisions, incidents, the chain and
-leases are the selectors (:mod:`recovery.selectors`), returning querysets and small
-dataclasses. See ``docs/recovery.md`` for the model behind it and examples.
+"""The public Python API of the recovery core, its one door: a host application imports
+``recovery.api`` and nothing else of ``recovery`` (an import-linter contract in
+``pyproject.toml`` checks it for GovFlow). Writes are the services below; reads of the
+ledger, decisions, incidents, the chain and leases are the selectors
+(:mod:`recovery.selectors`): querysets and small dataclasses. See ``docs/recovery.md``.
 """
 
 from .anchors import AnchorIndex, AnchorStore, FileAnchorStore, anchor_store
@@ -183,6 +181,7 @@ from .services.resolutions import (
     incident_resolve_withdraw,
 )
 from .services.step_call import Observation, RowWrite, operation_observe_record
+from .shared_commits import shared_commits_enable
 from .states import (
     TERMINAL,
     TRANSITIONS,
@@ -389,6 +388,7 @@ __all__ = [
     "schema_problems",
     "schema_validator",
     "sent_alone",
+    "shared_commits_enable",
     "subject_revision",
     "subject_type_register",
     "subject_types",

@@ -27,6 +27,7 @@ __all__ = [
     "payload_max_bytes",
     "run_budget",
     "settings_table",
+    "shared_commit_wait",
     "sweep_duration",
     "sweep_full_every",
     "sweep_lease_ttl",
@@ -128,6 +129,18 @@ WORKER_RUNS = Setting(
     "instances at a time and holds up to `workers` x this many PostgreSQL connections for "
     'the runs (`docs/deployment.md`, "Connections"). On SQLite always 1 (one writer at a '
     "time): a value above 1 is ignored there, with a warning",
+)
+SHARED_COMMIT_WAIT = Setting(
+    "GOVFLOW_SHARED_COMMIT_WAIT",
+    0.005,
+    float,
+    "seconds",
+    True,
+    "with `GOVFLOW_WORKER_RUNS` > 1 (PostgreSQL), the runs of one worker process send their "
+    "chained steps in shared commits: the first step ready to commit waits at most this "
+    "long for the process's other runs that are not in a provider call, then sends every "
+    "step then waiting as one transaction, each step checked on its own fence (ADR 0062). "
+    "Fewer, larger commits; at most this much later per step. A run alone never waits",
 )
 SWEEP_LEASE_TTL = Setting(
     "GOVFLOW_SWEEP_LEASE_TTL",
@@ -242,6 +255,7 @@ SETTINGS: tuple[Setting, ...] = (
     MAX_STEPS_PER_RUN,
     RUN_BUDGET,
     WORKER_RUNS,
+    SHARED_COMMIT_WAIT,
     SWEEP_LEASE_TTL,
     SWEEP_TICK,
     SWEEP_FULL_EVERY,
@@ -283,6 +297,10 @@ def worker_runs() -> int:
     if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
         return 1
     return WORKER_RUNS.value()
+
+
+def shared_commit_wait() -> float:
+    return SHARED_COMMIT_WAIT.value()
 
 
 def sweep_lease_ttl() -> float:

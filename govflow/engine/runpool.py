@@ -49,9 +49,12 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from .conf import worker_runs
+from recovery.api import shared_commits_enable
+
+from .conf import shared_commit_wait, worker_runs
 from .db import application_named
 from .queue import ADVANCE, ADVANCE_GROUP, Claim
+from .services.keepalive import keepalive
 from .services.runtime import instance_run
 
 __all__ = ["RunPool", "run_pool", "run_pool_disable", "run_pool_enable"]
@@ -86,6 +89,11 @@ class RunPool:
         self.running: dict[int, _Running] = {}  # thread ident -> its run
         self.lock = threading.Lock()
         self.pid = os.getpid()
+        # The runs' chained steps commit together (ADR 0062): the first waits for the runs
+        # that are not in a provider call (each such call is one keepalive watch).
+        shared_commits_enable(
+            company=lambda: len(self.running) - keepalive.watching(), wait=shared_commit_wait()
+        )
         self.threads = [
             threading.Thread(target=self._serve, name=f"govflow-run-{n}", daemon=False)
             for n in range(size)

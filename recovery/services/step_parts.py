@@ -18,6 +18,7 @@ from .. import chain
 from ..db import sent_alone
 from ..errors import OperationNotFound, RecoveryError
 from ..keys import operation_key
+from ..shared_commits import lone_statement
 from ..states import OperationState
 from ..subjects import LEDGER_WATERMARK
 from ._ledger import OP_TABLE, ROW, _why_not
@@ -91,7 +92,8 @@ def _execute(cursor, call: str, arguments: list[Any], first, fence: Fence, alone
 
     With ``alone`` the statement goes in autocommit and any answer but '' aborts it
     (``recovery_all_written``, migration 0018): the answer is returned and nothing of the
-    statement, the caller's rows included, was written."""
+    statement, the caller's rows included, was written. Where commits are shared (ADR
+    0062) it may commit with other threads' lone statements; its answer is the same."""
     answer = call.removeprefix("SELECT ")
     params: list[Any] = []
     results: list[str] = []
@@ -105,16 +107,17 @@ def _execute(cursor, call: str, arguments: list[Any], first, fence: Fence, alone
         sql = f"WITH {', '.join(parts)} {sql}"
     if not alone:
         cursor.execute(sql, [*params, *arguments])
+        row = cursor.fetchone()
     else:
         try:
             with sent_alone():
-                cursor.execute(sql, [*params, *arguments])
+                row = lone_statement(cursor, sql, [*params, *arguments])
         except DatabaseError as exc:
             cause = exc.__cause__
             if getattr(cause, "sqlstate", None) != REFUSED:
                 raise
             return cause.diag.message_detail
-    refused, *took = cursor.fetchone()
+    refused, *took = row
     if first is not None:
         first.took(fence, took)
     return refused

@@ -21,6 +21,7 @@ from govflow.engine.queue import ADVANCE, instances_claim
 from govflow.engine.registry import registry
 from govflow.engine.runpool import RunPool
 from recovery.models import Lease
+from recovery.shared_commits import shared_commits, shared_commits_disable
 from tests.engine_helpers import chain_ok
 from tests.flows import action, linear, start
 from tests.providers.alpha import actions as alpha
@@ -68,6 +69,7 @@ def pool():
     yield make
     for each in made:
         each.close()
+    shared_commits_disable()  # a pool turns shared commits on for its process
 
 
 def meeting(parties: int):
@@ -113,6 +115,42 @@ def test_the_claimed_runs_of_one_process_run_at_once_each_on_its_own_lease_and_c
         assert holder.split(":")[-1] == str(thread), (holder, thread)
     for instance in instances:
         assert chain_ok(instance)
+
+
+def test_the_chained_steps_of_runs_at_once_commit_together(pool):
+    """ADR 0062: the runs' chained steps (step k's outcome with step k+1's dispatch) go
+    in shared commits, each on its own fence, and every chain stays whole."""
+    meet, _ = meeting(RUNS)
+    with registry.override(meet):
+        instances = [
+            start(
+                linear(action("a", name="tests.meet"), action("b"), action("c")),
+                {"value": f"v{n}"},
+            )
+            for n in range(RUNS)
+        ]
+        claims = instances_claim(holder="pusher", limit=RUNS, ttl=30)
+        runs = pool()
+        shared = shared_commits()
+        shared.company, shared.wait = (lambda: RUNS), 60.0  # wait for all three, always
+        for claim in claims:
+            runs.submit(claim)
+        ids = [instance.pk for instance in instances]
+        wait_for(lambda: _all_completed(ids), timeout=90, what="every instance completed")
+    # a's outcome with b's dispatch, then b's with c's: two commits of three steps each,
+    # one server transaction each (the checkpoints they wrote share their xmin).
+    assert (shared.commits, shared.statements) == (2, 2 * RUNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xmin::text, count(DISTINCT subject_id) FROM recovery_checkpoint "
+            "WHERE subject_id = ANY(%s) GROUP BY 1 HAVING count(DISTINCT subject_id) > 1",
+            [[str(pk) for pk in ids]],
+        )
+        together = cursor.fetchall()
+    assert len(together) == 2 and {runs for _, runs in together} == {RUNS}, together
+    for instance in instances:
+        assert chain_ok(instance)
+        assert set(instance.tokens.values_list("state", flat=True)) == {"completed"}
 
 
 def test_a_claim_waits_for_a_free_run_thread(pool):

@@ -91,6 +91,10 @@ class Keepalive:
                 self.changed.notify_all()
         return entry
 
+    def watching(self) -> int:
+        """How many leases are being kept alive now: provider calls under way."""
+        return len(self.watches)
+
     def forget(self, entry: Watch) -> None:
         with self.changed:
             self.watches.pop(entry.number, None)
