@@ -43,8 +43,9 @@ What each thread gets is what its statement alone would have given it:
    ``OperationalError``); the engine's recording retries on a fresh connection while the
    fence is current (``govflow.engine.services.reconnect``).
 
-A thread never waits on the line for anything but statements already sent: the one that
-sends them waits on the server only, and hands the answers out however its send ends.
+A thread in the line waits for two things only, each bounded: the first thread's wait for
+company (at most ``wait``) and the server's answer to the commit it is in. The thread that
+sends hands the answers out however its send ends.
 """
 
 from __future__ import annotations
