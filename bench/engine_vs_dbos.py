@@ -133,6 +133,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help="cProfile instance_run in-process over N instances (0: skip; default 100)",
     )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="after the 1-worker run, py-spy samples its worker process over N more "
+        "instances (0: skip; default 1000, quick 200)",
+    )
     parser.add_argument("--dbos-concurrency", type=int, default=10)
     parser.add_argument("--dbos-poll", type=float, default=0.05)
     parser.add_argument(
@@ -176,6 +183,7 @@ def config(args: argparse.Namespace, log_dir: Path) -> scenarios.Config:
         recovery_overrides={"GOVFLOW_LEASE_TTL": args.lease_ttl},
         log_dir=log_dir,
         profile=min(args.profile, 30) if quick else args.profile,
+        sample=(200 if quick else 1000) if args.sample is None else args.sample,
     )
 
 

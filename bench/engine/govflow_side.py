@@ -200,16 +200,7 @@ class Cluster:
         (``recycle``, 500 tasks) or replaced is reaped by the sentinel: its time is in the
         sentinel's children time, counted as the workers'.
         """
-        text = self.group.log_path.read_text(errors="replace")
-        roles: dict[str, set[int]] = {"qcluster workers": set(), "monitor": set(), "pusher": set()}
-        for line in text.splitlines():
-            for marker, role in (
-                ("ready for work at ", "qcluster workers"),
-                ("monitoring at ", "monitor"),
-                ("pushing tasks at ", "pusher"),
-            ):
-                if marker in line:
-                    roles[role].add(int(line.split(marker, 1)[1].split()[0]))
+        roles = self.pids_by_role()
         alive = self.group.pids()
         named = set().union(*roles.values())
         seconds = {role: pids_cpu(pids & alive) for role, pids in roles.items()}
@@ -223,6 +214,21 @@ class Cluster:
         seconds["qcluster workers"] += reaped
         seconds["sentinel"] = sentinel
         return seconds
+
+    def pids_by_role(self) -> dict[str, set[int]]:
+        """The process ids django-q2's log names: its workers, monitor and pusher, every
+        one started so far (alive or not)."""
+        text = self.group.log_path.read_text(errors="replace")
+        roles: dict[str, set[int]] = {"qcluster workers": set(), "monitor": set(), "pusher": set()}
+        for line in text.splitlines():
+            for marker, role in (
+                ("ready for work at ", "qcluster workers"),
+                ("monitoring at ", "monitor"),
+                ("pushing tasks at ", "pusher"),
+            ):
+                if marker in line:
+                    roles[role].add(int(line.split(marker, 1)[1].split()[0]))
+        return roles
 
     def advance_tasks_run(self) -> int:
         """``advance`` tasks this cluster's workers started (django-q2 logs each one):

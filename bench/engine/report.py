@@ -364,6 +364,7 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
         out("    cumulative CPU time, engine and ledger functions:")
         for share, name in prof["cumulative"][:12]:
             out(f"      {share * 100:5.1f}%  {name[:100]}")
+    _print_sampled(r["govflow_tput"][0].get("sampled"), out)
     top = r["govflow_tput"][0].get("top_statements")
     if top:
         out(
@@ -373,6 +374,33 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
         for per_step, plans, ms, text in top:
             out(f"    {per_step:5.2f}  {plans:4.2f}  {ms:6.3f}  {text[:92]}")
     out("")
+
+
+def _print_sampled(sampled: dict | None, out: Callable[[str], None]) -> None:
+    """Where the 1-worker run's worker process spends its Python time (py-spy)."""
+    if not sampled:
+        return
+    if "why_not" in sampled:
+        why = sampled["why_not"]
+        out(f"  Where a GovFlow worker's Python time goes (py-spy): not sampled, {why}")
+        return
+    cpu = sampled["loop_ms"] + sampled["threads_ms"]
+    out(
+        f"  Where a GovFlow worker's Python time goes: py-spy, {sampled['samples']:,} samples of "
+        f"the thread holding the GIL while one worker process ran {sampled['instances']:,} "
+        f"instances ({sampled['file']}); the process's CPU {cpu:.2f} ms per step: "
+        f"{sampled['threads_ms']:.2f} its run threads and keepalive, {sampled['loop_ms']:.2f} "
+        "django-q2's worker loop (its main thread). ms per step = share x the process's CPU"
+    )
+    out("    by what runs (the innermost Python function's package):")
+    for share, name in sampled["groups"]:
+        out(f"      {share * cpu:5.2f} ms  {share * 100:5.1f}%  {name}")
+    out("    the engine's and ledger's functions, with all they call:")
+    for share, name in sampled["inclusive"]:
+        out(f"      {share * cpu:5.2f} ms  {share * 100:5.1f}%  {name[:100]}")
+    out("    the functions running most (their own time):")
+    for share, name in sampled["running"]:
+        out(f"      {share * cpu:5.2f} ms  {share * 100:5.1f}%  {name[:100]}")
 
 
 def _print_recovery(r: dict[str, Any], out: Callable[[str], None]) -> None:

@@ -19,6 +19,7 @@ from bench.pgserver import Server
 from . import dbos_side as dbos
 from . import govflow_db as gdb
 from . import govflow_side as gf
+from . import sampling
 from .counters import Counters, counters, machine_ticks, steal_share, top_statements
 from .procs import pids_cpu, wait_until
 
@@ -59,6 +60,9 @@ class Config:
     log_dir: Path = Path(".")
     profile: int = 0
     """Instances to run in-process under cProfile after the 1-worker run (0: none)."""
+    sample: int = 0
+    """Instances the 1-worker run's worker runs after its measured ones, sampled by py-spy
+    (0: none)."""
     throughput_workers: tuple[int, ...] = (1, 2, 4)
     throughput_runs: tuple[int | None, ...] = (None,)
     """GOVFLOW_WORKER_RUNS of the throughput runs, each measured per worker count (None:
@@ -172,11 +176,49 @@ def govflow_throughput(
             for calls, plans, ms, text in top_statements(server, name, 14)
         ]
         result["one_instance"] = gdb.statements_one_instance(definition)
+        if cfg.sample:
+            result["sampled"] = _sampled(name, url, definition, cfg, overrides)
         if cfg.profile:
             result["profile"] = gdb.profile_in_process(
                 definition, cfg.profile, cfg.log_dir / "govflow-instance_run.pstats"
             )
     return result
+
+
+def _sampled(name: str, url: str, definition, cfg: Config, overrides: dict) -> dict:
+    """A cluster of one worker process on the run's database, once its figures are read,
+    runs ``cfg.sample`` instances after a warm-up while py-spy samples the worker: where
+    its Python time goes (``sampling.py``), and its threads' CPU time per step."""
+    cluster = gf.Cluster.start(
+        name=f"{name}-sampled", url=url, workers=1, overrides=overrides, log_dir=cfg.log_dir
+    )
+    try:
+        cluster.wait_ready()
+        poller = gdb.Poller()
+        warm, _ = gdb.start_instances(definition, cfg.warmup_per_worker, 1)
+        gdb.wait_settled(poller, warm, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
+        workers = sorted(cluster.pids_by_role()["qcluster workers"] & cluster.group.pids())
+        if len(workers) != 1:
+            return {"why_not": f"{len(workers)} worker processes alive; one is sampled"}
+        pid = workers[0]
+        sampler = sampling.Sampler(pid, cfg.log_dir / "govflow-worker.pyspy")
+        ids, _ = gdb.start_instances(definition, cfg.sample, cfg.govflow_enqueue_threads)
+        gdb.wait_settled(poller, ids, timeout=SETTLE_TIMEOUT, groups=[cluster.group])
+        ticks = sampler.stop()
+    finally:
+        cluster.kill()
+    steps = len(ids) * gdb.STEPS
+    result = {
+        "instances": len(ids),
+        "file": str(sampler.out),
+        "loop_ms": sampling.seconds(ticks.get(pid, 0)) / steps * 1000,
+        "threads_ms": sampling.seconds(sum(t for tid, t in ticks.items() if tid != pid))
+        / steps
+        * 1000,
+    }
+    if sampler.why_not:
+        return result | {"why_not": sampler.why_not}
+    return result | sampling.summary(sampler.out)
 
 
 def govflow_recovery(server: Server, cfg: Config, workers: int = 2) -> dict:
