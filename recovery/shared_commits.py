@@ -108,19 +108,26 @@ class SharedCommits:
         mine = _Statement(sql, params)
         with self._lock:
             self._line.append(mine)
-            self._joined.notify()
             mine.leads = not self._sending
             self._sending = True
+            # The first one is woken once its company is complete, not at every arrival:
+            # each wake-up is a thread that must take the interpreter back to look.
+            if not mine.leads and len(self._line) >= self._wanted():
+                self._joined.notify()
         if not mine.leads:
             mine.ready.wait()
         if mine.leads and not mine.outcome:
             self._lead(cursor)
         return _answer(cursor, mine)
 
+    def _wanted(self) -> int:
+        """How many statements the first one waits for in line, its own included."""
+        return min(self.company(), MAX_SHARED)
+
     def _lead(self, cursor) -> None:
         with self._lock:
             deadline = time.monotonic() + self.wait
-            while len(self._line) < min(self.company(), MAX_SHARED):
+            while len(self._line) < self._wanted():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

@@ -41,6 +41,10 @@ Each poll of a pending provider and each retry is a new operation with the same
 idempotency key; anything else — in flight, of unknown outcome, or succeeded — means a new
 dispatch would guess, and the ledger refuses it (invariant I12)."""
 _BLOCKING = tuple(sorted(str(s) for s in S.values if s not in SETTLED_FOR_A_NEW_ATTEMPT))
+BLOCKING_ARRAY = "{" + ",".join(_BLOCKING) + "}"
+"""The blocking states as one array literal, for a ``%s::text[]`` parameter: a text the
+driver passes as it is, where a list is dumped element by element in Python at every call
+(the states are plain words: nothing in them needs quoting)."""
 _OP = OP_TABLE
 _INC = INCIDENT_TABLE
 _RECORDED = (

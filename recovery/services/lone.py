@@ -46,7 +46,7 @@ from ..db import lone_calls
 from ..states import can_transition
 from ..subjects import LEDGER_WATERMARK, Subject
 from ._ledger import RecordedOperation
-from .dispatch_write import _BLOCKING, _RECORDED
+from .dispatch_write import _RECORDED, BLOCKING_ARRAY
 from .leases import Fence
 
 
@@ -104,7 +104,7 @@ def record_alone(
     params = [subject.type, subject.id, head.seq, head.link, fresh, key]
     params += [row[column] for column in _RECORDED]
     params += [fence.key, fence.holder, fence.fence, ordinal, state]
-    params += [LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, list(_BLOCKING)]
+    params += [LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, BLOCKING_ARRAY]
     if not _run(_RECORD, [*params, *checkpoint.row()[2:]]):
         chain.mark_forget_written(fence)
         return None

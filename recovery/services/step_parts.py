@@ -22,7 +22,7 @@ from ..shared_commits import lone_statement
 from ..states import OperationState
 from ..subjects import LEDGER_WATERMARK
 from ._ledger import OP_TABLE, ROW, _why_not
-from .dispatch_write import _BLOCKING, _RECORDED
+from .dispatch_write import _RECORDED, BLOCKING_ARRAY
 from .dispatch_write import why_not_recorded as _why_not_recorded
 from .leases import Fence
 from .lone import json_text
@@ -66,7 +66,7 @@ def _recorded_arguments(record, key, values, observed, recorded, packed=False) -
     (migrations 0018, 0021: a fact is JSON itself, and inside a JSON text every quote of it
     would be escaped and unescaped again)."""
     operation = [key, *(values[c] for c in _RECORDED), record["ordinal"], values["state"]]
-    constants = [list(_BLOCKING), LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id]
+    constants = [BLOCKING_ARRAY, LEDGER_WATERMARK.type, LEDGER_WATERMARK.id, observed.key_id]
     if packed:
         operation[-2] = str(operation[-2])
         links = [
