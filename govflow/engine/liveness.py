@@ -254,3 +254,47 @@ def liveness_lock_disable() -> None:
 def liveness_lock_release() -> None:
     """Close this process's lock connection, releasing the lock (tests, shutdown)."""
     _LOCK.release()
+
+
+STALLED_SQL = """
+SELECT pid, application_name, pg_terminate_backend(pid)
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+AND application_name LIKE %s AND state = 'active' AND wait_event = 'ClientRead'
+AND backend_xid IS NOT NULL
+AND state_change < clock_timestamp() - make_interval(secs => %s)
+"""
+
+
+def stalled_sessions_end(*, after: float) -> int:
+    """End the sessions of GovFlow's processes stalled inside a statement batch for longer
+    than ``after`` seconds (PostgreSQL; one statement); how many were ended.
+
+    ``idle_in_transaction_session_timeout`` (ADR 0035) ends a stopped worker's session
+    only once it is idle in a transaction: when the server has answered a ``Sync``. A
+    worker stopped while it sends a pipeline of several statements before one ``Sync``
+    (a shared commit, ADR 0062) leaves its session *active*, reading the rest of the
+    batch (``ClientRead``), with the row locks of the statements it has run already and no
+    timeout at all: its instances could not be taken over until it resumed (ADR 0063).
+    Such a session, named by a ``qcluster`` process (``govflow <role>``) and holding a
+    transaction id, is ended here: its transaction rolls back, and whatever its worker
+    sends after it resumes finds its connection gone, as after the idle timeout.
+    """
+    from django.db import connection
+
+    from .db import APPLICATION
+
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(STALLED_SQL, [f"{APPLICATION} %", after])
+        ended = [(pid, name) for pid, name, done in cursor.fetchall() if done]
+    for pid, name in ended:
+        log.warning(
+            "ended the session of %s (server process %s): stalled for over %g s inside a "
+            "batch of statements, with rows locked (a worker stopped while it sent them)",
+            name,
+            pid,
+            after,
+        )
+    return len(ended)

@@ -37,6 +37,7 @@ from recovery.api import (
 )
 
 from ..conf import (
+    lease_ttl,
     sweep_duration,
     sweep_full_every,
     sweep_lease_ttl,
@@ -44,7 +45,7 @@ from ..conf import (
     sweep_timer_batch,
 )
 from ..db import clock_read, engine_commit, engine_read
-from ..liveness import LOCK_MARK, holder_is_dead, worker_name
+from ..liveness import LOCK_MARK, holder_is_dead, stalled_sessions_end, worker_name
 from ..models import (
     DeliveryState,
     Instance,
@@ -256,7 +257,9 @@ class Sweeper:
         self.tick = sweep_tick()
         self.full_every = sweep_full_every()
         self.batch = sweep_timer_batch()
-        self.stats = {"timers": 0, "dead": 0, "requeued": 0, "deliveries": 0, "passes": 0}
+        self.stats = dict.fromkeys(
+            ("timers", "dead", "stalled", "requeued", "deliveries", "passes"), 0
+        )
         self.ended = ""
         """Why :meth:`run` returned: ``stopped``, ``duration``, ``skipped`` or ``lost``."""
 
@@ -328,6 +331,9 @@ class Sweeper:
         last_full = last_requeue = -self.full_every
         renewed = time.monotonic()  # acquired (or renewed) just now
         while True:
+            # First, before any write of the pass could wait on their rows: the sessions
+            # of workers stopped inside a batch of statements (ADR 0063).
+            self.stats["stalled"] += stalled_sessions_end(after=lease_ttl())
             # A burst of due timers is fired batch after batch first (a commit each, the
             # facts only), for up to a quarter of the lease; then their instances are
             # queued. A full last batch means more are due: the next pass goes on at once.

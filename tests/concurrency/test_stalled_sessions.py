@@ -1,0 +1,136 @@
+"""PostgreSQL: a session stalled inside a batch of statements is ended (ADR 0063).
+
+A worker stopped (SIGSTOP) while it sends a shared commit's pipeline leaves its session
+running the statements it has received, their rows locked, waiting for the rest: no
+``Sync``, so no idle-in-transaction timeout. Here such a session is made on purpose: a
+connection in pipeline mode sends an ``UPDATE`` and never the ``Sync``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+
+from govflow.engine.liveness import stalled_sessions_end
+from govflow.engine.services.sweep import Sweeper
+from tests.providers.alpha.models import Note
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.postgres,
+    pytest.mark.usefixtures("on_postgres"),
+]
+
+NOTE = Note._meta.db_table
+
+
+def wait_for(predicate, *, timeout: float = 20, what: str):
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+    return found
+
+
+def session(name: str) -> psycopg.Connection:
+    given = connection.settings_dict
+    return psycopg.connect(
+        dbname=given["NAME"],
+        user=given["USER"],
+        password=given["PASSWORD"],
+        host=given["HOST"],
+        port=given["PORT"],
+        application_name=name,
+        autocommit=True,
+    )
+
+
+def stalled(note: Note, name: str = "govflow worker") -> psycopg.Connection:
+    """A session that has run an UPDATE of ``note`` in a pipeline and waits for the rest
+    of its batch, which never comes."""
+    raw = session(name)
+    raw.pgconn.enter_pipeline_mode()
+    raw.pgconn.send_query_params(
+        f"UPDATE {NOTE} SET text = 'stalled' WHERE id = $1".encode(), [str(note.pk).encode()]
+    )
+    raw.pgconn.flush()
+    wait_for(lambda: activity(raw) == ("active", "ClientRead", True), what="the stalled batch")
+    return raw
+
+
+def activity(raw: psycopg.Connection):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT state, wait_event, backend_xid IS NOT NULL FROM pg_stat_activity "
+            "WHERE pid = %s",
+            [raw.info.backend_pid],
+        )
+        return cursor.fetchone()
+
+
+def locked(note: Note) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {NOTE} WHERE id = %s FOR UPDATE SKIP LOCKED", [note.pk])
+        return cursor.fetchone() is None
+
+
+def test_a_worker_session_stalled_inside_a_batch_is_ended_and_its_rows_are_free():
+    note = Note.objects.create(instance_id=1, text="as it was")
+    raw = stalled(note)
+    try:
+        assert locked(note)
+        ended = wait_for(lambda: stalled_sessions_end(after=0.2), what="the session ended")
+        assert ended == 1
+        wait_for(lambda: activity(raw) is None, what="its server process gone")
+        # Its statement rolled back with it: the row is free and as it was.
+        assert not locked(note)
+        note.refresh_from_db()
+        assert note.text == "as it was"
+        with transaction.atomic():
+            Note.objects.select_for_update(nowait=True).get(pk=note.pk)
+    finally:
+        raw.close()
+
+
+def test_the_sweeper_ends_it_once_a_lease_could_have_expired(settings):
+    settings.GOVFLOW_LEASE_TTL = 0.5
+    note = Note.objects.create(instance_id=1, text="as it was")
+    raw = stalled(note)
+    try:
+        sweeper = Sweeper(holder="test-host:1:sweeper")
+
+        def swept() -> bool:
+            sweeper.run(duration=0)  # one pass
+            return sweeper.stats["stalled"] == 1
+
+        wait_for(swept, what="a sweep pass that ends the stalled session")
+        assert not locked(note)
+    finally:
+        raw.close()
+
+
+def test_only_govflow_sessions_stalled_inside_a_batch_for_long_enough_are_ended():
+    note = Note.objects.create(instance_id=1, text="as it was")
+    other_note = Note.objects.create(instance_id=2, text="as it was")
+    idle_note = Note.objects.create(instance_id=3, text="as it was")
+    someone_else = stalled(note, name="another application")
+    recent = stalled(other_note)
+    idle = session("govflow worker")  # idle in a transaction: the server's timeout's case
+    idle.autocommit = False
+    idle.execute(f"UPDATE {NOTE} SET text = 'idle' WHERE id = %s", [idle_note.pk])
+    try:
+        assert stalled_sessions_end(after=3600) == 0  # none stalled that long
+        assert activity(recent) == ("active", "ClientRead", True)
+        wait_for(lambda: activity(idle)[0] == "idle in transaction", what="the idle one")
+        ended = stalled_sessions_end(after=0)
+        assert ended == 1  # the recent GovFlow one only
+        assert activity(someone_else) == ("active", "ClientRead", True)
+        assert activity(idle)[0] == "idle in transaction"
+        assert locked(note) and locked(idle_note) and not locked(other_note)
+    finally:
+        for raw in (someone_else, recent, idle):
+            raw.close()
