@@ -257,13 +257,18 @@ def liveness_lock_release() -> None:
 
 
 STALLED_SQL = """
-SELECT pid, application_name, pg_terminate_backend(pid)
-FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()
-AND application_name LIKE %s AND state = 'active' AND wait_event = 'ClientRead'
-AND backend_xid IS NOT NULL
-AND state_change < clock_timestamp() - make_interval(secs => %s)
+SELECT a.pid, a.application_name, pg_terminate_backend(a.pid)
+FROM pg_stat_activity a JOIN pg_roles r ON r.oid = a.usesysid
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+AND a.application_name LIKE %s AND a.state = 'active' AND a.wait_event = 'ClientRead'
+AND a.backend_xid IS NOT NULL
+AND a.state_change < clock_timestamp() - make_interval(secs => %s)
+AND pg_has_role(a.usesysid, 'MEMBER')
+AND (NOT r.rolsuper OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))
 """
+"""The sessions :func:`stalled_sessions_end` ends: only those of roles this one may signal
+(its own, one it is a member of; a superuser's only as a superuser), so the statement
+never fails for want of a permission."""
 
 
 def stalled_sessions_end(*, after: float) -> int:
@@ -278,7 +283,8 @@ def stalled_sessions_end(*, after: float) -> int:
     timeout at all: its instances could not be taken over until it resumed (ADR 0063).
     Such a session, named by a ``qcluster`` process (``govflow <role>``) and holding a
     transaction id, is ended here: its transaction rolls back, and whatever its worker
-    sends after it resumes finds its connection gone, as after the idle timeout.
+    sends after it resumes finds its connection gone, as after the idle timeout. A
+    session of a role this one may not signal is left to its own role's sweeper.
     """
     from django.db import connection
 

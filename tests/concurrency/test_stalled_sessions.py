@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from govflow.engine.liveness import stalled_sessions_end
+from govflow.engine.liveness import STALLED_SQL, stalled_sessions_end
 from govflow.engine.services.sweep import Sweeper
 from tests.providers.alpha.models import Note
 
@@ -134,3 +134,39 @@ def test_only_govflow_sessions_stalled_inside_a_batch_for_long_enough_are_ended(
     finally:
         for raw in (someone_else, recent, idle):
             raw.close()
+
+
+def test_a_session_of_a_role_this_one_may_not_signal_is_left_alone_without_an_error():
+    note = Note.objects.create(instance_id=1, text="as it was")
+    raw = stalled(note)  # the tests' role
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT rolcreaterole OR rolsuper FROM pg_roles WHERE rolname = current_user"
+        )
+        if not cursor.fetchone()[0]:
+            raw.close()
+            pytest.skip("the tests' role may not create the second role this test needs")
+        cursor.execute("DROP ROLE IF EXISTS govflow_test_plain")
+        cursor.execute("CREATE ROLE govflow_test_plain LOGIN PASSWORD 'plain' NOSUPERUSER")
+        # It sees every session's state, as a monitoring role does (without it, another
+        # role's sessions show no state, and nothing would be asked of it at all).
+        cursor.execute("GRANT pg_read_all_stats TO govflow_test_plain")
+    given = connection.settings_dict
+    try:
+        with psycopg.connect(
+            dbname=given["NAME"],
+            user="govflow_test_plain",
+            password="plain",
+            host=given["HOST"],
+            port=given["PORT"],
+            autocommit=True,
+        ) as plain:
+            # Without the role guard, pg_terminate_backend would raise here: a plain role
+            # may not signal another role's session.
+            rows = plain.execute(STALLED_SQL, ["govflow %", 0]).fetchall()
+        assert rows == []
+        assert activity(raw) == ("active", "ClientRead", True)
+    finally:
+        raw.close()
+        with connection.cursor() as cursor:
+            cursor.execute("DROP ROLE IF EXISTS govflow_test_plain")
