@@ -28,7 +28,7 @@ from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
-from ..db import atomic, dialect
+from ..db import atomic, dialect, field_saver
 from ..errors import LeaseHeld, RecoveryValidationError, StaleFence
 from ..models import Lease
 
@@ -314,9 +314,7 @@ def fenced_row_sql(
     shape = tuple((name, isinstance(value, Now)) for name, value in values.items())
     sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), db.vendor)
     params = [
-        field.get_db_prep_save(value, db)
-        for field, value in zip(assigned, values.values(), strict=True)
-        if field is not None
+        save(value, db) for save, value in zip(assigned, values.values(), strict=True) if save
     ]
     params.append(pk_field.get_db_prep_value(pk, db))
     params += [
@@ -338,8 +336,8 @@ def _update_sql(model, shape, expect_names, vendor):
     """The text of :func:`fenced_update_row`'s UPDATE for one shape of call, built once.
 
     ``shape`` is ``((field name, is Now), …)`` in the order of the values; returns the SQL,
-    the field of each value (None for a ``Now``), the primary key field and the fields of
-    ``expect_names``. The engine writes the same few shapes at every step.
+    the saver of each value (``field_saver``; None for a ``Now``), the primary key field
+    and the fields of ``expect_names``. The engine writes the same few shapes at every step.
     """
     d = dialect()
     meta = model._meta
@@ -348,7 +346,7 @@ def _update_sql(model, shape, expect_names, vendor):
     for name, now in shape:
         field = meta.get_field(name)
         assignments.append(f"{quote(field.column)} = {d.now if now else '%s'}")
-        assigned.append(None if now else field)
+        assigned.append(None if now else field_saver(field))
     expected = [meta.get_field(name) for name in expect_names]
     conditions = [f"{quote(meta.pk.column)} = %s"]
     conditions += [f"{quote(field.column)} {d.expected} %s" for field in expected]
