@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 
-def stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int, path: str = "") -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name (state first); None if the
-    process is gone."""
+    process is gone. ``path``: another file of that layout instead, such as a thread's
+    ``/proc/PID/task/TID/stat``."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(path or f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     return raw[raw.rfind(")") + 2 :].split()

@@ -28,6 +28,8 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+from scripts.procgroup import stat_fields
+
 from .procs import CLOCK_TICKS
 
 RATE = 200
@@ -103,12 +105,9 @@ def thread_ticks(pid: int) -> dict[int, int]:
     except OSError:
         return ticks
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        ticks[int(tid)] = int(fields[11]) + int(fields[12])
+        fields = stat_fields(pid, f"/proc/{pid}/task/{tid}/stat")
+        if fields:  # utime and stime: fields 14 and 15 of stat(5), 12 and 13 here
+            ticks[int(tid)] = int(fields[11]) + int(fields[12])
     return ticks
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 
 import pytest
 from django.db import connection
@@ -22,6 +21,7 @@ from govflow.engine.registry import registry
 from govflow.engine.runpool import RunPool
 from recovery.models import Lease
 from recovery.shared_commits import shared_commits, shared_commits_disable
+from tests import waiting
 from tests.engine_helpers import chain_ok
 from tests.flows import action, linear, start
 from tests.providers.alpha import actions as alpha
@@ -36,18 +36,10 @@ RUNS = 3
 
 
 def wait_for(predicate, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout:g} s waiting for {what}; the database's sessions "
-                f"then (state, wait event, query): {_sessions()}"
-            )
-        time.sleep(0.02)
-    return value
+    return waiting.wait_for(predicate, timeout=timeout, what=what, explain=_sessions)
 
 
-def _sessions() -> list[tuple[str, str, str]]:
+def _sessions() -> str:
     """What every other session of the test database is doing: where a run is stuck."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -55,7 +47,8 @@ def _sessions() -> list[tuple[str, str, str]]:
             "left(query, 120) FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid()"
         )
-        return cursor.fetchall()
+        rows = cursor.fetchall()
+    return f"the database's sessions then (state, wait event, query): {rows}"
 
 
 @pytest.fixture

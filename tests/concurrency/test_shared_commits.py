@@ -23,6 +23,7 @@ from recovery.shared_commits import (
     shared_commits_enable,
 )
 from tests.providers.alpha.models import Note
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -34,14 +35,6 @@ NOTE = Note._meta.db_table
 INSERT = f"INSERT INTO {NOTE} (instance_id, text) VALUES (%s, %s) RETURNING id, txid_current()"
 REFUSED = "SELECT recovery_all_written(%s), %s"
 """Refused the way a chained step sent alone is refused (SQLSTATE GF001)."""
-
-
-def wait_for(predicate, *, timeout: float = 20, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture

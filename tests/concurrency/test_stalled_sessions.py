@@ -8,8 +8,6 @@ connection in pipeline mode sends an ``UPDATE`` and never the ``Sync``.
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 import pytest
 from django.db import connection, transaction
@@ -17,6 +15,7 @@ from django.db import connection, transaction
 from govflow.engine.liveness import STALLED_SQL, stalled_sessions_end
 from govflow.engine.services.sweep import Sweeper
 from tests.providers.alpha.models import Note
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -25,15 +24,6 @@ pytestmark = [
 ]
 
 NOTE = Note._meta.db_table
-
-
-def wait_for(predicate, *, timeout: float = 20, what: str):
-    deadline = time.monotonic() + timeout
-    while not (found := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-    return found
 
 
 def session(name: str) -> psycopg.Connection:
@@ -128,6 +118,8 @@ def test_only_govflow_sessions_stalled_inside_a_batch_for_long_enough_are_ended(
         wait_for(lambda: activity(idle)[0] == "idle in transaction", what="the idle one")
         ended = stalled_sessions_end(after=0)
         assert ended == 1  # the recent GovFlow one only
+        # Ending is a signal: its locks are released when its server process has gone.
+        wait_for(lambda: activity(recent) is None, what="its server process gone")
         assert activity(someone_else) == ("active", "ClientRead", True)
         assert activity(idle)[0] == "idle in transaction"
         assert locked(note) and locked(idle_note) and not locked(other_note)

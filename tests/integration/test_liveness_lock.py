@@ -30,6 +30,7 @@ from recovery import api
 from recovery.models import Lease
 from tests.engine_helpers import marked_runnable, unmark_all
 from tests.flows import action, drive, linear, start
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,15 +54,6 @@ def free_seen_by(session, host: str, pid: int) -> bool:
     with session.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", list(lock_key(host, pid)))
         return cursor.fetchone()[0]
-
-
-def wait_until(predicate, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 @pytest.fixture
@@ -101,7 +93,7 @@ def test_a_lease_whose_holders_session_is_gone_is_expired_at_once(pg, settings):
     finally:
         worker.close()  # the process dies: its session, and its lock, go with it
 
-    wait_until(lambda: holder_lock_free(holder), timeout=10, what="the lock to be free")
+    wait_for(lambda: holder_lock_free(holder), timeout=10, what="the lock to be free")
     began = time.monotonic()
     assert sweep.dead_holders_expire(fence=fence) == 1
     row = Lease.objects.get(key=lease.key)
@@ -134,7 +126,7 @@ def test_a_cluster_process_holds_its_lock_on_its_own_connection(pg, own_lock):
         connection.close()
         assert not free_seen_by(observer, host_id(), os.getpid())
         liveness.liveness_lock_release()
-        wait_until(
+        wait_for(
             lambda: free_seen_by(observer, host_id(), os.getpid()),
             timeout=10,
             what="the lock to be free",
@@ -176,7 +168,7 @@ def test_a_lost_lock_connection_is_replaced_at_the_next_check(pg, own_lock):
                 [liveness.LOCK_CLASS, lock_key(host_id(), os.getpid())[1] & 0xFFFFFFFF],
             )
             assert cursor.fetchone()[0], "the lock's session was ended"
-        wait_until(
+        wait_for(
             lambda: free_seen_by(observer, host_id(), os.getpid()),
             timeout=10,
             what="the lock to be free",

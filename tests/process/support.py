@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from scripts.procgroup import ProcessGroup
+from tests import waiting
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SWEEPER_LEASE = "govflow:sweeper"
@@ -65,17 +66,13 @@ def wait_for(
 ) -> T:
     """Poll ``predicate`` until it returns something truthy; fail loudly after ``timeout``
     (or at once if a running cluster died by itself)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def look() -> T:
         if check_clusters:
             Cluster.check_running()
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = explain() if explain else ""
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{detail}")
-        time.sleep(interval)
+        return predicate()
+
+    return waiting.wait_for(look, timeout=timeout, what=what, interval=interval, explain=explain)
 
 
 class Cluster(ProcessGroup):
