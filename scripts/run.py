@@ -95,10 +95,12 @@ class Child:
 
     def _forward(self) -> None:
         for line in self.proc.stdout:
-            self.lines.append(line)
             with self._lock:
                 sys.stdout.write(line)
                 sys.stdout.flush()
+                # Seen by ``said`` only once written: a banner printed because of this
+                # line then comes after it, not before.
+                self.lines.append(line)
 
     def said(self, *words: str) -> bool:
         return any(all(w in line for w in words) for line in list(self.lines))
