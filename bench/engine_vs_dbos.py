@@ -68,9 +68,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# The driver logs warnings only; the clusters it starts log at INFO to their own files.
-os.environ["GOVFLOW_LOG_LEVEL"] = "WARNING"
-
 from bench.engine import dbos_side, growth, procs, report, scenarios  # noqa: E402
 from bench.engine import govflow_side as gf  # noqa: E402
 from bench.pgserver import BenchSetupError, postgres_server  # noqa: E402

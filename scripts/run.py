@@ -14,6 +14,7 @@ Ctrl-C (SIGTERM to each process group, SIGKILL after a grace of 2.5 s).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shlex
@@ -200,7 +201,9 @@ def main() -> int:
         print("The web server did not come up; stopping.", file=sys.stderr)
         stop_all(procs)
         return 1
-    wait_until(lambda: procs[1].said("running"), procs, 30)
+    if logging.getLevelName(os.environ.get("GOVFLOW_LOG_LEVEL", "INFO").upper()) in (10, 20):
+        # django-q2 says so at INFO; with a quieter GOVFLOW_LOG_LEVEL nothing would come.
+        wait_until(lambda: procs[1].said("running"), procs, 30)
     with lock:
         print(banner(password, api_key, totp_keys), flush=True)
     while all(child.proc.poll() is None for child in procs):

@@ -110,7 +110,10 @@ def setup_django(server: Server, template: str, log_dir: Path) -> str:
     migrated = _manage(["migrate", "--verbosity", "0"], url, log_dir / "migrate.log")
     if migrated != 0:
         raise RuntimeError(f"manage.py migrate failed; see {log_dir / 'migrate.log'}")
-    os.environ.update(django_env(url))
+    # The driver logs warnings only; the clusters it starts log at INFO to their own files
+    # (``django_env``). Set here, not when a bench module is imported: an import must not
+    # change the environment of whoever imports it (a test's subprocesses inherit it).
+    os.environ.update({**django_env(url), "GOVFLOW_LOG_LEVEL": "WARNING"})
     import logging
 
     import django

@@ -41,6 +41,9 @@ FAST = {
     "GOVFLOW_SWEEP_DURATION": "20",
     "GOVFLOW_Q_WORKERS": "2",
     "GOVFLOW_Q_POLL": "0.1",
+    # The tests wait for the clusters' INFO lines (a sweeper standing by, a run started),
+    # whatever level this process's environment asks for.
+    "GOVFLOW_LOG_LEVEL": "INFO",
 }
 
 

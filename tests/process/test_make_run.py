@@ -75,6 +75,7 @@ def launcher(tmp_path):
         if key not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
     }
     env.update(GOVFLOW_VAR_DIR=str(tmp_path / "var"), GOVFLOW_PORT=str(port), PYTHONUNBUFFERED="1")
+    env["GOVFLOW_LOG_LEVEL"] = "INFO"  # make run's default: the lines asserted below are INFO
     proc = subprocess.Popen(
         [sys.executable, "scripts/run.py"],
         cwd=ROOT,
@@ -102,7 +103,7 @@ def test_the_banner_comes_last_and_ctrl_c_stops_everything_within_5_s(launcher):
     assert port_open(port)
     before = text[: text.index(banner)]
     assert "Starting development server" in before  # the servers' start-up lines come first
-    assert "Q Cluster" in before and "running" in before
+    assert "Q Cluster" in before and "running" in before, text
 
     # The web server and the cluster, each the leader of its own process group.
     children = children_of(proc.pid)

@@ -6,6 +6,11 @@ and its report of a run, on made-up figures.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from bench import compare
@@ -47,3 +52,24 @@ def test_a_runs_line_has_its_speed_cpu_per_process_commits_and_steal():
         "GOVFLOW_WORKER_RUNS=16, 2 worker(s), round 1: 412.3 steps/s; CPU ms per step: "
         "pusher 0.11, qcluster workers 2.10, server 1.63; commits per step 1.06; steal 1.3%"
     )
+
+
+def test_importing_the_bench_modules_leaves_the_environment_as_it_was():
+    """The test suite imports them, and every process it starts inherits its environment:
+    a module that set GOVFLOW_LOG_LEVEL when imported once silenced ``make run``'s worker
+    cluster in tests/process/test_make_run.py."""
+    probe = (
+        "import os, sys; before = dict(os.environ); sys.path.insert(0, '.'); "
+        "import bench.compare, bench.engine_vs_dbos, bench.engine.scenarios, "
+        "bench.engine.sampling, bench.engine.growth; "
+        "print(sorted(k for k in set(before) | set(os.environ) "
+        "if before.get(k) != os.environ.get(k)))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    # Without GovFlow's settings: this process may have them already (set by a module it
+    # imported, say), and a module that sets one to the same value would go unseen.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GOVFLOW_")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
