@@ -207,6 +207,7 @@ def atomic():
     return transaction.atomic(savepoint=not _JOINED.get())
 
 
+@functools.cache
 def field_saver(field) -> Callable[[object, object], object]:
     """``field.get_db_prep_save`` as a function of ``(value, connection)`` with the same
     answers, and a shortcut for the values the hot paths write most: a ``str`` into a
@@ -216,11 +217,6 @@ def field_saver(field) -> Callable[[object, object], object]:
     calls per field, and a step writes some thirty values
     (``tests/integration/test_field_saver.py`` compares both). Callers look the savers up
     once per model or statement shape: a field's hash is computed in Python."""
-    return _saver(field)
-
-
-@functools.cache
-def _saver(field) -> Callable[[object, object], object]:
     from django.db import models
 
     slow = field.get_db_prep_save
