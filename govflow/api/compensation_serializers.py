@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from .request_shape import RequestShape
 
-class CompensationStartRequest(serializers.Serializer):
+
+class CompensationStartRequest(RequestShape):
     """No fields: the definition says which steps are compensated, and how."""
 
 

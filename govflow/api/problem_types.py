@@ -34,7 +34,8 @@ PROBLEM_TYPES: dict[str, ProblemType] = {
             "The request could not be read",
             "The body is not valid JSON (or nests too deeply, or holds a NUL character, a "
             "lone surrogate or a number JSON cannot carry), a query parameter or header "
-            "has a value it cannot take, or a page cursor was not one this API gave out. "
+            "has a value it cannot take, the endpoint does not take a query parameter that "
+            "was sent (a misspelt filter), or a page cursor was not one this API gave out. "
             "Nothing was changed. Fix the request and send it again.",
         ),
         ProblemType(
@@ -107,7 +108,8 @@ PROBLEM_TYPES: dict[str, ProblemType] = {
             422,
             "The request is not valid",
             "The body was read but its content cannot be accepted: a field is missing or "
-            "has the wrong type, variables do not match the definition's schema, or the "
+            "has the wrong type, the body has a field the request does not take, variables "
+            "do not match the definition's schema, or the "
             "engine refused the values (the detail is its own words; 'errors' names each "
             "field). Nothing was changed.",
         ),

@@ -155,4 +155,21 @@ __all__ = [
     "path_id",
     "path_key",
     "path_version",
+    "refuse_unknown_request_fields",
 ]
+
+
+def refuse_unknown_request_fields(result, generator, request, public):
+    """Postprocessing hook: a request body takes its fields and no others
+    (``request_shape.RequestShape``; the definition document's by the engine's validation),
+    so each request body's component says ``additionalProperties: false``."""
+    schemas = result.get("components", {}).get("schemas", {})
+    prefix = "#/components/schemas/"
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            body = operation.get("requestBody") if isinstance(operation, dict) else None
+            for media in (body or {}).get("content", {}).values():
+                ref = media.get("schema", {}).get("$ref", "")
+                if ref.startswith(prefix) and ref[len(prefix) :] in schemas:
+                    schemas[ref[len(prefix) :]]["additionalProperties"] = False
+    return result

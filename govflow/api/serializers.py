@@ -13,6 +13,8 @@ from rest_framework import serializers
 from govflow.engine.linked_models import LinkedState
 from govflow.engine.models import InstanceStatus, TokenState
 
+from .request_shape import RequestShape
+
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9._~-]{1,99}$")
 
 
@@ -46,7 +48,7 @@ class TenantField(serializers.CharField):
         )
 
 
-class InstanceStartRequest(serializers.Serializer):
+class InstanceStartRequest(RequestShape):
     definition = serializers.CharField(
         max_length=120, help_text="The key of a published definition, e.g. 'permits.building'."
     )
@@ -65,13 +67,13 @@ class InstanceStartRequest(serializers.Serializer):
     tenant = TenantField()
 
 
-class InstanceCancelRequest(serializers.Serializer):
+class InstanceCancelRequest(RequestShape):
     reason = serializers.CharField(
         max_length=2000, help_text="Why the instance is cancelled; kept with the instance."
     )
 
 
-class TriggerDeliveryRequest(serializers.Serializer):
+class TriggerDeliveryRequest(RequestShape):
     message = serializers.CharField(max_length=200, help_text="The message name.")
     correlation = serializers.CharField(
         max_length=200, help_text="The value the waiting instance is correlated by."

@@ -8,6 +8,8 @@ from govflow.engine.models import ReportKind, TaskState
 from govflow.engine.services.external_queue import LOCK_SECONDS_MAX, MAX_TASKS
 from govflow.engine.services.external_results import RETRY_AFTER_MAX
 
+from .request_shape import RequestShape
+
 TOPIC_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 WORKER_PATTERN = r"^[\x21-\x7e]{1,200}$"
 
@@ -37,7 +39,7 @@ def _lock_duration(**kw):
     )
 
 
-class FetchAndLockRequest(serializers.Serializer):
+class FetchAndLockRequest(RequestShape):
     worker_id = _worker()
     topics = serializers.ListField(
         child=serializers.RegexField(TOPIC_PATTERN, max_length=100),
@@ -51,13 +53,13 @@ class FetchAndLockRequest(serializers.Serializer):
     )
 
 
-class ExtendLockRequest(serializers.Serializer):
+class ExtendLockRequest(RequestShape):
     worker_id = _worker()
     fence = _fence()
     lock_duration = _lock_duration()
 
 
-class CompleteRequest(serializers.Serializer):
+class CompleteRequest(RequestShape):
     worker_id = _worker()
     fence = _fence()
     variables = serializers.DictField(
@@ -68,7 +70,7 @@ class CompleteRequest(serializers.Serializer):
     )
 
 
-class FailRequest(serializers.Serializer):
+class FailRequest(RequestShape):
     worker_id = _worker()
     fence = _fence()
     kind = serializers.ChoiceField(
@@ -86,7 +88,7 @@ class FailRequest(serializers.Serializer):
     )
 
 
-class BpmnErrorRequest(serializers.Serializer):
+class BpmnErrorRequest(RequestShape):
     worker_id = _worker()
     fence = _fence()
     error_code = serializers.CharField(max_length=200, help_text="The business error's code.")

@@ -6,10 +6,11 @@ from rest_framework import serializers
 
 from govflow.events.models import EventType
 
+from .request_shape import RequestShape
 from .serializers import TenantField
 
 
-class WebhookCreateRequest(serializers.Serializer):
+class WebhookCreateRequest(RequestShape):
     name = serializers.CharField(max_length=100, help_text="What the receiving system is.")
     url = serializers.CharField(
         max_length=2000,

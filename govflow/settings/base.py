@@ -315,6 +315,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "govflow.api.schema.add_problem_responses",
+        "govflow.api.schema.refuse_unknown_request_fields",
     ],
     # Served from the package (drf-spectacular-sidecar): no CDN.
     "SWAGGER_UI_DIST": "SIDECAR",

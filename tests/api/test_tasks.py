@@ -216,3 +216,23 @@ def test_fail_extend_and_bpmn_error_through_the_api(tasks_world):
 
     instance = Instance.objects.get(pk=tasks_world["north_instance"])
     assert instance.status == InstanceStatus.BLOCKED and "NO_PARCEL" in instance.reason
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [e for e in TASK_ENDPOINTS if e[2]])
+def test_task_reports_with_an_unknown_field_change_nothing(tasks_world, method, path, body):
+    client = worker()
+    locked = fetch(client).json()["tasks"]
+    task = next(t for t in locked if t["id"] == tasks_world["north"])
+    report = {**body, "fence": task["fence"], "varaibles": {"verdict": "ok"}}
+    response = call(client, method, path.format(task=task["id"]), report)
+    problem = assert_problem(response, 422, "validation-failed")
+    assert [e["field"] for e in problem["errors"]] == ["varaibles"]
+    assert ExternalTask.objects.get(pk=task["id"]).state == TaskState.LOCKED
+
+
+def test_a_fetch_with_an_unknown_field_locks_nothing(tasks_world):
+    client = worker()
+    body = {"worker_id": "w1", "topics": [TOPIC], "lock_duration": 30, "maxTasks": 5}
+    response = client.post(FETCH, body, format="json")
+    assert_problem(response, 422, "validation-failed")
+    assert not ExternalTask.objects.filter(state=TaskState.LOCKED).exists()

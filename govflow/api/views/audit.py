@@ -107,6 +107,7 @@ class JSONLinesRenderer(BaseRenderer):
 
 class InstanceAudit(_InstanceScoped):
     renderer_classes = [JSONRenderer, JSONLinesRenderer]
+    query_parameters = {"GET": frozenset({"format"})}
 
     @extend_schema(
         tags=TAG,

@@ -7,9 +7,12 @@ from rest_framework import exceptions
 from rest_framework.generics import GenericAPIView
 
 from ..auth import Principal, principal_of
+from ..filters import VAR_PREFIX
 from ..parsers import max_body_bytes
 from ..permissions import HasScope
-from ..problems import PayloadTooLarge
+from ..problems import ApiProblem, PayloadTooLarge
+
+_READS = frozenset({"GET", "HEAD"})
 
 
 def declared_length(request) -> int:
@@ -23,10 +26,19 @@ class ApiView(GenericAPIView):
     """A thin view: parse, check the scope, call one service (or a selector), render.
 
     ``scopes`` names the scope each method needs; ``HasScope`` refuses the rest.
+
+    A query parameter the endpoint does not take is a 400 naming it, before the view does
+    anything: a misspelt filter (``?statuss=waiting``) would otherwise be dropped silently
+    and answered with the unfiltered list, which looks like an answer (ADR 0064).
     """
 
     permission_classes = [HasScope]
     scopes: dict[str, str] = {}
+    query_parameters: dict[str, frozenset[str]] = {}
+    """Query parameters a method takes besides its list's filters and pages (each is
+    documented with ``extend_schema``), by method."""
+    case_variable_filters = False
+    """Whether a list takes ``var.<path>`` filters (``filters.filter_variables``)."""
     # No OPTIONS: the schema describes the API (and CORS is not offered).
     http_method_names = ["get", "post", "head"]
 
@@ -36,6 +48,51 @@ class ApiView(GenericAPIView):
         if declared_length(request) > limit:
             raise PayloadTooLarge(limit)
         super().initial(request, *args, **kwargs)
+        self.check_query(request)
+
+    def accepted_query(self, method: str) -> frozenset[str]:
+        """The query parameters ``method`` takes here (``var.*`` aside): its declared ones
+        and, for a read of a list, its filters and its pages'."""
+        names = set(self.query_parameters.get("GET" if method == "HEAD" else method, ()))
+        if method in _READS:
+            filterset = getattr(self, "filterset_class", None)
+            if filterset is not None and getattr(self, "filter_backends", None):
+                names.update(filterset.base_filters)
+            paginator = self.paginator
+            if paginator is not None:
+                names.update(
+                    name
+                    for name in (
+                        getattr(paginator, "cursor_query_param", None),
+                        getattr(paginator, "page_size_query_param", None),
+                    )
+                    if name
+                )
+        return frozenset(names)
+
+    def check_query(self, request) -> None:
+        accepted = self.accepted_query(request.method)
+        variables = self.case_variable_filters and request.method in _READS
+        unknown = [
+            name
+            for name in request.query_params
+            if name not in accepted and not (variables and name.startswith(VAR_PREFIX))
+        ]
+        if not unknown:
+            return
+        takes = sorted(accepted) + ([f"{VAR_PREFIX}<path>"] if variables else [])
+        what = f"{request.method} {request.path}"
+        offered = f"takes only {', '.join(takes)}" if takes else "takes no query parameters"
+        raise ApiProblem(
+            "malformed-request",
+            f"{what} does not take the query parameter"
+            f"{'s' if len(unknown) > 1 else ''} {', '.join(repr(n) for n in unknown)}: it "
+            f"{offered}. Check the spelling (names are case-sensitive); nothing was done.",
+            errors=[
+                {"field": name, "detail": "not a query parameter of this endpoint"}
+                for name in unknown
+            ],
+        )
 
     @property
     def principal(self) -> Principal:

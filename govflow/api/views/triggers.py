@@ -80,6 +80,7 @@ class TriggerDeliveries(ApiView):
 
 class TriggerDeliveryDetail(ApiView):
     scopes = {"GET": "triggers:deliver"}
+    query_parameters = {"GET": frozenset({"tenant"})}
 
     @extend_schema(
         tags=TAG,
