@@ -156,13 +156,38 @@ def tail_params(mark) -> list[Any]:
     wrote them (each row an array of texts, in the order the function aggregates them),
     each list sent as one JSON text: one parameter the driver passes through as it is,
     where a ``text[]`` of arrays is dumped element by element in Python."""
-    subject = mark.subject
+    cps, ops = _tail_rows(mark)
+    return [*_tail_subject(mark), json_text(cps), json_text(ops)]
+
+
+def tail_framed(mark) -> list[Any]:
+    """The first parameters of ``recovery_tail_observe_record`` (migration 0022): the
+    subject, the mark's checkpoint, then the same rows as :func:`tail_params` as two framed
+    texts (:func:`framed_rows`), compared with the stored rows framed the same way."""
+    cps, ops = _tail_rows(mark)
+    return [*_tail_subject(mark), framed_rows(cps), framed_rows(ops)]
+
+
+def _tail_subject(mark) -> list[Any]:
+    return [mark.subject.type, mark.subject.id, mark.seq, mark.link]
+
+
+def _tail_rows(mark) -> tuple[list[list[str]], list[list[str]]]:
+    """The checkpoints and operation rows past the mark as the run wrote them, each row
+    its columns as texts, in the order the server's functions aggregate them."""
     cps = [[str(c.seq), *c.row()[3:]] for c in mark.written]
     ops = [
         [key, *(str(mark.touched[key][field]) for _, field in chain.COMPARED)]
         for key in sorted(mark.touched)
     ]
-    return [subject.type, subject.id, mark.seq, mark.link, json_text(cps), json_text(ops)]
+    return cps, ops
+
+
+def framed_rows(rows) -> str:
+    """Every field of every row as ``<length>:<text>`` (a None as ``:``), concatenated: the
+    server's ``concat(length(x), ':', x, …)`` of the same texts (migration 0022). Each
+    field's length comes first, so two framed texts are equal exactly when their fields are."""
+    return "".join(":" if f is None else f"{len(f)}:{f}" for row in rows for f in row)
 
 
 json_text = json.JSONEncoder(separators=(",", ":")).encode

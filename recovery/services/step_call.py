@@ -69,7 +69,7 @@ from ._ledger import (
 )
 from .first_writes import FirstWrites, RowWrite
 from .leases import Fence
-from .lone import json_text, tail_params
+from .lone import json_text, tail_framed
 from .operations import _unchanged, operation_observe, operation_record
 from .step_parts import (
     _execute,
@@ -275,7 +275,7 @@ _CALL_TAIL = (
     "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s, %s, %s::bigint, "
     "%s, %s, %s::text[], %s, %s, %s, %s, %s, %s)"
 )
-"""18 parameters (migrations 0018, 0021): with the engine's step rows in front, a
+"""18 parameters (migrations 0018, 0021, 0022): with the engine's step rows in front, a
 statement of 47, under psycopg's 50, so its conversion is cached."""
 
 
@@ -304,9 +304,15 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
     key, values, fact, recorded = _next_prepared(record, fence, observed, projection_fp)
     success = "true" if state in SUCCESS else "false"
     arguments = [
-        *tail_params(mark),
+        *tail_framed(mark),
         *(fence.key, fence.holder, fence.fence),
-        json_text([observation.key, op["state"], str(op["revision"]), state, result_fp, success]),
+        json_text(
+            [
+                *(observation.key, op["state"], str(op["revision"]), state, result_fp, success),
+                # The head the links were computed from (migration 0022).
+                *(str(observed.seq - 1), observed.prev_link),
+            ]
+        ),
         *_recorded_arguments(record, key, values, observed, recorded, packed=True),
     ]
     refused = _execute(cursor, _CALL_TAIL, arguments, first, fence, alone)
