@@ -140,7 +140,7 @@ def observe_alone(
     fact = {"operation": key, "state": state, "revision": revision, "result_fp": result_fp}
     fact |= fact_extra
     checkpoint = chain.prepare(subject, Head(*mark.head), "operation.observed", fact, projection_fp)
-    params = [*tail_params(mark), key, op["state"], op["revision"], state, revision]
+    params = [*tail_framed(mark), key, op["state"], op["revision"], state, revision]
     params += [result_fp, fence.key, fence.holder, fence.fence]
     if not _run(_SUCCESS, [*params, *checkpoint.row()[2:]]):
         chain.mark_forget_written(fence)
@@ -150,26 +150,15 @@ def observe_alone(
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp)
 
 
-def tail_params(mark) -> list[Any]:
-    """The first parameters of ``recovery_lone_success``: the subject, the mark's
-    checkpoint, then every checkpoint and every operation row past the mark as the run
-    wrote them (each row an array of texts, in the order the function aggregates them),
-    each list sent as one JSON text: one parameter the driver passes through as it is,
-    where a ``text[]`` of arrays is dumped element by element in Python."""
-    cps, ops = _tail_rows(mark)
-    return [*_tail_subject(mark), json_text(cps), json_text(ops)]
-
-
 def tail_framed(mark) -> list[Any]:
-    """The first parameters of ``recovery_tail_observe_record`` (migration 0022): the
-    subject, the mark's checkpoint, then the same rows as :func:`tail_params` as two framed
-    texts (:func:`framed_rows`), compared with the stored rows framed the same way."""
+    """The first parameters of ``recovery_lone_success`` and
+    ``recovery_tail_observe_record`` (migrations 0022, 0023): the subject, the mark's
+    checkpoint, then every checkpoint and every operation row past the mark as the run
+    wrote them, as two framed texts (:func:`framed_rows`) that each function compares
+    with the stored rows framed the same way."""
     cps, ops = _tail_rows(mark)
-    return [*_tail_subject(mark), framed_rows(cps), framed_rows(ops)]
-
-
-def _tail_subject(mark) -> list[Any]:
-    return [mark.subject.type, mark.subject.id, mark.seq, mark.link]
+    subject = mark.subject
+    return [subject.type, subject.id, mark.seq, mark.link, framed_rows(cps), framed_rows(ops)]
 
 
 def _tail_rows(mark) -> tuple[list[list[str]], list[list[str]]]:
