@@ -198,7 +198,7 @@ def lifecycle_runner(
             if not all(cur.fetchone()):  # recorded, chained, and the (no) first rows matched
                 raise RuntimeError(f"baseline: the fence of {st}:{sid} is not live")
         with conn.transaction():
-            execute(load_all, [p.key, p.key])
+            execute(load_all, [p.key, p.key, p.key])
             rows = cur.fetchall()
             mine = next(row for row in rows if row[0] == 1 and row[i_key] == p.key)
             last = [row for row in rows if row[0] == 0][-1]

@@ -40,6 +40,7 @@ __all__ = [
     "engine_dialect",
     "engine_read",
     "next_id_and_clock",
+    "one_of",
 ]
 
 
@@ -161,6 +162,20 @@ def engine_read() -> Iterator[None]:
             yield
     else:
         yield
+
+
+def one_of(column: str, values: Sequence[str]) -> tuple[str, list[str]]:
+    """``column`` is one of ``values``, as a condition no index on ``column`` serves (the
+    comparison a fenced row write uses for its expected values, ``Dialect.expected``).
+
+    For a look-up of one instance's steps by their state: the instance names the rows
+    (the ``(instance, ordinal)`` index), the state only filters them. Written as ``IN``,
+    the planner could also take the steps' ``(state, not_before)`` index and read every
+    instance's steps in those states — it did on tables whose statistics were taken when
+    they were small, once per run: a cost that grew with the backlog (ADR 0065).
+    """
+    expected = dialect_of(default_connection).expected
+    return "(" + " OR ".join(f"{column} {expected} %s" for _ in values) + ")", list(values)
 
 
 def clock() -> Clock:

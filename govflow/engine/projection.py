@@ -37,6 +37,7 @@ from recovery.api import (
 )
 
 from .models import Instance, Token, TokenState
+from .token_reads import active_select
 
 SUBJECT_TYPE = "govflow.instance"
 
@@ -52,7 +53,6 @@ _CLASS = {
     TokenState.EXECUTING: "executing",
     TokenState.OUTCOME_UNKNOWN: "outcome_unknown",
 }
-ACTIVE_STATES = tuple(sorted(str(state) for state in _CLASS))
 
 
 def projection_of(instance: Instance, tokens: Iterable[Token]) -> str:
@@ -165,5 +165,5 @@ def stored_projection(subject_id: str) -> str:
         instance = Instance.objects.get(pk=int(subject_id))
     except (Instance.DoesNotExist, ValueError):
         return ""
-    tokens = Token.objects.filter(instance_id=instance.pk, state__in=ACTIVE_STATES)
-    return projection_of(instance, tokens)
+    sql, params = active_select(instance.pk)
+    return projection_of(instance, Token.objects.raw(sql, params))

@@ -78,6 +78,22 @@ def load_row(cursor, key: str) -> dict[str, Any]:
     return dict(zip(ROW, row, strict=True))
 
 
+def subject_of(alias: str) -> str:
+    """A condition: ``alias``'s row belongs to the subject of the operation whose key is
+    the next parameter.
+
+    The subject is read first, once (a sub-select PostgreSQL runs before the scan), so the
+    rows are found by their table's ``(subject, …)`` index whatever its statistics say.
+    Written as a join on the subject, the planner could scan that whole index and look the
+    key up once per row — it did on tables whose statistics were taken when they were
+    small: every subject's chain read at each verification (ADR 0065).
+    """
+    return (
+        f"({alias}.subject_type, {alias}.subject_id) = "
+        f"(SELECT subject_type, subject_id FROM {OP_TABLE} WHERE key = %s)"
+    )
+
+
 def load_with_subject(cursor, key: str, *, since: int | None = None) -> tuple[dict[str, Any], list]:
     """Load the operation and every operation of its subject, in one statement.
 
@@ -86,10 +102,7 @@ def load_with_subject(cursor, key: str, *, since: int | None = None) -> tuple[di
     """
     columns = ", ".join(f"o.{c}" for c in chain.OP_COLUMNS)
     extra = ", ".join(f"o.{c}" for c in ROW)
-    sql = (
-        f"SELECT {columns}, {extra} FROM {OP_TABLE} o JOIN {OP_TABLE} k "
-        "ON o.subject_type = k.subject_type AND o.subject_id = k.subject_id WHERE k.key = %s"
-    )
+    sql = f"SELECT {columns}, {extra} FROM {OP_TABLE} o WHERE {subject_of('o')}"
     params: list[Any] = [key]
     if since is not None:
         # Past the mark by the (subject, chain_seq) index, and the operation itself.

@@ -175,7 +175,13 @@ def _insert_sql_packed(key, subject: Subject, row: dict, fence: Fence, ordinal, 
     """:func:`_insert_sql` on PostgreSQL: the row's values as one JSON parameter, which its
     conditions read again, and the ledger's constants written into the SQL — 4 parameters,
     not 29, so the statement it joins stays within the 50 whose conversion psycopg caches
-    (a step's first dispatch: ADR 0053, 0060)."""
+    (a step's first dispatch: ADR 0053, 0060).
+
+    Each ``NOT EXISTS`` reads the row's values, so ``OFFSET 0`` keeps it a look-up made
+    with them (PostgreSQL does not turn such a sub-select into a join): by the index on
+    the idempotency fingerprint, and on the open incidents, whatever the tables'
+    statistics say. As an anti-join, on statistics taken when the table was small, the
+    planner scanned every operation at each dispatch (ADR 0065)."""
     fenced_sql, fenced_params = fence_condition(fence)
     sql = (
         f"{_INSERT_INTO} "
@@ -187,9 +193,9 @@ def _insert_sql_packed(key, subject: Subject, row: dict, fence: Fence, ordinal, 
         "WHERE status = 'open' AND ((subject_type = v.subject_type AND "
         "subject_id = v.subject_id) OR "
         f"(subject_type = {_literal(LEDGER_WIDE.type)} AND "
-        f"subject_id = {_literal(LEDGER_WIDE.id)}))) "
+        f"subject_id = {_literal(LEDGER_WIDE.id)})) OFFSET 0) "
         f"AND NOT EXISTS (SELECT 1 FROM {_OP} o WHERE o.idempotency_fp = v.idempotency_fp "
-        f"AND o.state IN ({', '.join(_literal(state) for state in _BLOCKING)}))"
+        f"AND o.state IN ({', '.join(_literal(state) for state in _BLOCKING)}) OFFSET 0)"
     )
     return sql, [packed_values(key, subject, row, fence, ordinal, state, seq), *fenced_params]
 

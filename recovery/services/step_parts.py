@@ -21,7 +21,7 @@ from ..keys import operation_key
 from ..shared_commits import lone_statement
 from ..states import OperationState
 from ..subjects import LEDGER_WATERMARK
-from ._ledger import OP_TABLE, ROW, _why_not
+from ._ledger import OP_TABLE, ROW, _why_not, subject_of
 from .dispatch_write import _RECORDED, BLOCKING_ARRAY
 from .dispatch_write import why_not_recorded as _why_not_recorded
 from .leases import Fence
@@ -210,13 +210,11 @@ def _load_for_success(cursor, key: str, since: int | None = None):
     tail = "" if since is None else " AND c.seq >= %s"
     sql = (
         f"SELECT 0 AS part, {', '.join(f'c.{c}' for c in _CHECKPOINT_READ)}, {nulls} "
-        f"FROM {chain.CHECKPOINT_TABLE} c JOIN {OP_TABLE} k ON c.subject_type = k.subject_type "
-        f"AND c.subject_id = k.subject_id WHERE k.key = %s{tail} "
+        f"FROM {chain.CHECKPOINT_TABLE} c WHERE {subject_of('c')}{tail} "
         f"UNION ALL SELECT 1, {blanks}, {', '.join(ops + mine)} "
-        f"FROM {OP_TABLE} o JOIN {OP_TABLE} k ON o.subject_type = k.subject_type "
-        f"AND o.subject_id = k.subject_id WHERE k.key = %s"
+        f"FROM {OP_TABLE} o, {OP_TABLE} k WHERE {subject_of('o')} AND k.key = %s"
     )
-    params = [key, key]
+    params = [key, key, key]
     if since is not None:
         # Past the mark by the (subject, chain_seq) index, and the operation itself: two
         # parts, so neither reads the subject's older operations.
@@ -225,7 +223,7 @@ def _load_for_success(cursor, key: str, since: int | None = None):
             f" AND o.chain_seq > %s UNION ALL SELECT 1, {blanks}, {', '.join(k_ops + mine)} "
             f"FROM {OP_TABLE} k WHERE k.key = %s AND k.chain_seq <= %s"
         )
-        params = [key, since, key, since, key, since]
+        params = [key, since, key, key, since, key, since]
     cursor.execute(f"{sql} ORDER BY 1, 2", params)
     rows = cursor.fetchall()
     checkpoints = [r[1 : 1 + width] for r in rows if r[0] == 0]

@@ -20,6 +20,7 @@ FLOORS = [
     ("govflow.engine.db", "the engine commit, the clock, the SQL dialect"),
     ("govflow.engine.liveness", "who holds a lease, and whether it is alive"),
     ("govflow.engine.queue", "marking instances runnable, claiming them"),
+    ("govflow.engine.token_reads", "one instance's steps by state, read by key alone"),
     ("govflow.engine.projection", "the projection's fingerprint"),
     ("govflow.engine.services.rows", "a step's rows in one statement on PostgreSQL"),
     ("govflow.engine.services.routing", "moving tokens along transitions (plans writes)"),

@@ -21,14 +21,13 @@ from recovery.api import (
     Subject,
     incident_open_sql,
     lease_handover_reading,
-    model_columns,
     projection_head_sql,
     rows_as,
 )
 
 from ..models import Instance, Token
 from ..projection import SUBJECT_TYPE
-from ..states import TOKEN_ACTIVE
+from ..token_reads import active_select
 from .definitions import instance_pinned, pinned_of, pinned_select, pinned_width
 from .run import Run
 from .writes import stuck_look_sql
@@ -46,7 +45,7 @@ def load_run(instance_id: int, fence: Fence) -> Run | None:
     if loaded is None:
         return None
     run = _run(*loaded, fence)
-    sql, params = _tokens_select(instance_id)
+    sql, params = active_select(instance_id)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         _add_tokens(run, cursor.fetchall())
@@ -68,7 +67,7 @@ def handed_over_and_loaded(
     instance_sql, instance_params = pinned_select(
         instance_id, extra, lead="0 AS part, ", tail=", NULL" * token_width
     )
-    tokens_sql, tokens_params = _tokens_select(instance_id, lead="1" + ", NULL" * width + ", ")
+    tokens_sql, tokens_params = active_select(instance_id, lead="1" + ", NULL" * width + ", ")
     fence, rows = lease_handover_reading(
         fence=claimed,
         holder=holder,
@@ -108,19 +107,6 @@ def _run(instance: Instance, pinned, fence: Fence) -> Run:
         integrity_incident=instance.integrity_incident,
         committed_status=str(instance.status),
         stuck_at_load=bool(instance.stuck_at_load),
-    )
-
-
-_ACTIVE = sorted(str(state) for state in TOKEN_ACTIVE)
-
-
-def _tokens_select(instance_id: int, lead: str = "") -> tuple[str, list[Any]]:
-    """The instance's active tokens; ``lead``: select-list items put first."""
-    quote = connection.ops.quote_name
-    return (
-        f"SELECT {lead}{model_columns(Token)} FROM {quote(Token._meta.db_table)} "
-        f"WHERE instance_id = %s AND state IN ({', '.join('%s' for _ in _ACTIVE)})",
-        [instance_id, *_ACTIVE],
     )
 
 

@@ -55,8 +55,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from django.db import DatabaseError
-from django.db.models import Q
+from django.db import DatabaseError, connection
 
 from recovery.api import (
     ConflictError,
@@ -66,14 +65,16 @@ from recovery.api import (
     StaleFence,
     lease_acquire,
     lease_release_if_held,
+    rows_as,
 )
 
 from ..conf import lease_ttl, max_steps_per_run, run_budget
-from ..db import clock, engine_commit
+from ..db import engine_commit
 from ..liveness import worker_name
-from ..models import InstanceStatus, Token, TokenState, WaitKind
+from ..models import InstanceStatus, Token, TokenState
 from ..queue import Claim, instance_mark_runnable_behind, runnable_clear, runnable_defer
 from ..states import TERMINAL_STATUSES
+from ..token_reads import runnable_select
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
@@ -324,27 +325,25 @@ def next_runnable(run: Run) -> Token | None:
     return min(ready, key=lambda t: t.ordinal, default=None)
 
 
-def _runnable(instance_id: int, blocked: set[int], *, asks: bool = False):
-    """Ready tokens that may run now; with ``asks``, also uncertain steps whose provider
-    is due to be asked (the reconciliation ladder)."""
-    due = Q(state=TokenState.READY) & (Q(not_before__isnull=True) | Q(not_before__lte=clock()))
-    if asks:
-        due |= Q(
-            state=TokenState.OUTCOME_UNKNOWN,
-            wait_kind=WaitKind.RECONCILE,
-            not_before__lte=clock(),
-        )
-    runnable = Token.objects.filter(due, instance_id=instance_id)
-    return runnable.exclude(pk__in=blocked) if blocked else runnable
-
-
 def _next_runnable_now(run: Run) -> Token | None:
-    token = _runnable(run.instance.pk, run.blocked).order_by("ordinal").first()
+    sql, params = runnable_select(run.instance.pk, run.blocked)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} ORDER BY ordinal LIMIT 1", params)
+        token = next(iter(rows_as(Token, cursor.fetchall())), None)
     if token is not None:
         # The step mutates this object: it must be the one the instance status is derived
         # from, or a later flush in this run would judge the instance by a stale copy.
         run.active[token.pk] = token
     return token
+
+
+def _runnable_left(run: Run) -> bool:
+    """Whether the instance has a step that may run now, or whose provider is due to be
+    asked (reads; the database's rows, with what others released meanwhile)."""
+    sql, params = runnable_select(run.instance.pk, run.blocked, asks=True, select="1")
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} LIMIT 1", params)
+        return cursor.fetchone() is not None
 
 
 def _stop_for_integrity(run: Run, exc: IntegrityViolation) -> str:
@@ -383,7 +382,7 @@ def _lease_release_and_requeue(
     try:
         with engine_commit():
             released = lease_release_if_held(fence=fence)
-            if check and _runnable(run.instance.pk, run.blocked, asks=True).exists():
+            if check and _runnable_left(run):
                 report.more = True
                 # It had its turn: behind every instance that waited meanwhile (ADR 0037).
                 instance_mark_runnable_behind(run.instance.pk)

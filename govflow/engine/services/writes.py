@@ -29,6 +29,7 @@ from ..definitions import case_text, case_values
 from ..errors import EngineConflict, EngineError
 from ..models import Incident, Instance, InstanceStatus, Timer, Token, TokenState
 from ..states import TERMINAL_STATUSES, token_may_move
+from ..token_reads import state_is
 from .external_queue import external_tasks_create
 from .routing import Router, derive_status
 from .rows import StepRows, rows_in_one, unsaved_key
@@ -266,11 +267,12 @@ def _stuck_rows(instance_id: int) -> tuple[str, str, list[Any]]:
     """The two places a stuck branch shows, as ``FROM … WHERE …`` of the failed steps and
     of the open route incidents, and their parameters: one definition for the load's
     answer and the ending's look."""
+    failed, params = state_is(TokenState.FAILED)
     return (
-        f"FROM {Token._meta.db_table} WHERE instance_id = %s AND state = %s",
+        f"FROM {Token._meta.db_table} WHERE instance_id = %s AND {failed}",
         f"FROM {Incident._meta.db_table} WHERE instance_id = %s AND kind = %s "
         "AND resolved_at IS NULL",
-        [instance_id, TokenState.FAILED.value, instance_id, ROUTE_INCIDENT],
+        [instance_id, *params, instance_id, ROUTE_INCIDENT],
     )
 
 

@@ -88,15 +88,19 @@ def pinned_select(
     """:func:`instance_pinned`'s statement; ``lead`` and ``tail``: select-list items put
     first and last (for a statement that unites it with others of other columns)."""
     quote = connection.ops.quote_name
+    instances = quote(Instance._meta.db_table)
     columns = "".join(f", {sql} AS {name}" for sql, name, _ in extra)
     params = [p for _, _, extra_params in extra for p in extra_params]
+    # The definition by a key read first (a sub-select), not by a join: each row is then
+    # found by its primary key whatever the tables' statistics say. Joined, on statistics
+    # taken when the tables were small, the planner scanned an index of every instance
+    # for this one (ADR 0065).
     return (
         f"SELECT {lead}{model_columns(Instance, 'i')}, d.fingerprint, d.document, "
         f"d.contracts{columns}{tail} "
-        f"FROM {quote(Instance._meta.db_table)} i "
-        f"JOIN {quote(Definition._meta.db_table)} d ON d.id = i.definition_id "
-        "WHERE i.id = %s",
-        [*params, instance_id],
+        f"FROM {instances} i, {quote(Definition._meta.db_table)} d "
+        f"WHERE i.id = %s AND d.id = (SELECT definition_id FROM {instances} WHERE id = %s)",
+        [*params, instance_id, instance_id],
     )
 
 
