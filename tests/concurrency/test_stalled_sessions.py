@@ -8,12 +8,15 @@ connection in pipeline mode sends an ``UPDATE`` and never the ``Sync``.
 
 from __future__ import annotations
 
+import threading
+
 import psycopg
 import pytest
 from django.db import connection, transaction
 
 from govflow.engine.liveness import STALLED_SQL, stalled_sessions_end
-from govflow.engine.services.sweep import Sweeper
+from govflow.engine.services.sweep import SWEEPER, Sweeper
+from recovery.api import lease_acquire, lease_current
 from tests.providers.alpha.models import Note
 from tests.waiting import wait_for
 
@@ -101,6 +104,33 @@ def test_the_sweeper_ends_it_once_a_lease_could_have_expired(settings):
         assert not locked(note)
     finally:
         raw.close()
+
+
+def test_a_standby_sweeper_ends_it_while_another_sweeper_holds_the_lease(settings):
+    """The cluster that stopped inside a batch may be the one whose sweeper holds the
+    lease: the standby of every other cluster ends the stalled session once a lease TTL
+    has passed, without waiting for the sweeper's own (longer) lease to run out."""
+    settings.GOVFLOW_LEASE_TTL = 0.5
+    settings.GOVFLOW_SWEEP_LEASE_TTL = 60
+    held = lease_acquire(key=SWEEPER, holder="stopped-cluster", ttl=60)
+    note = Note.objects.create(instance_id=1, text="as it was")
+    raw = stalled(note)
+    stop = threading.Event()
+    sweeper = Sweeper(stop=stop, holder="standby-cluster")
+    standby = threading.Thread(target=sweeper.run, kwargs={"standby": True})
+    standby.start()
+    try:
+        wait_for(lambda: activity(raw) is None, what="the stalled session ended by the standby")
+        assert not locked(note)
+        assert sweeper.stats["stalled"] == 1
+        # It did not take the sweeper's lease: that one is still the stopped cluster's.
+        assert lease_current(SWEEPER).fence == held
+        assert sweeper.stats["passes"] == 0
+    finally:
+        stop.set()
+        standby.join(timeout=10)
+        raw.close()
+    assert not standby.is_alive()
 
 
 def test_only_govflow_sessions_stalled_inside_a_batch_for_long_enough_are_ended():

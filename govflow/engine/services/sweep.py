@@ -68,6 +68,9 @@ REQUEUE_LIMIT = 500
 """Instances one sweep pass marks runnable at most."""
 RENEW_AFTER = 0.25
 """The share of its lease after which the sweeper renews it (at the end of a pass)."""
+STALLED_LOOK_EVERY = 0.5
+"""Seconds between a standby sweeper's looks for stalled sessions (ADR 0063): one read of
+``pg_stat_activity`` each, while another sweeper holds the lease."""
 
 
 def instances_requeue(
@@ -291,6 +294,7 @@ class Sweeper:
         poll = min(0.5, self.ttl / 4)
         give_up = time.monotonic() + self.ttl + 1
         announced = False
+        next_stalled_look = time.monotonic()
         while not self.stop.is_set():
             lease = lease_current(SWEEPER)
             if lease is not None and holder_is_dead(lease.fence.holder):
@@ -319,9 +323,16 @@ class Sweeper:
                     time.monotonic() > give_up
                 ):
                     return None
-            elif not announced:
-                log.info("standing by: another sweeper holds the lease")
-                announced = True
+            else:
+                if not announced:
+                    log.info("standing by: another sweeper holds the lease")
+                    announced = True
+                if time.monotonic() >= next_stalled_look:
+                    # The sweeper holding the lease may be in the cluster that stopped
+                    # inside a batch; its stalled sessions are ended from here, not once
+                    # its own lease has run out too (ADR 0063).
+                    self.stats["stalled"] += stalled_sessions_end(after=lease_ttl())
+                    next_stalled_look = time.monotonic() + STALLED_LOOK_EVERY
             # Wake up when that lease runs out, to take over as soon as it has expired.
             self.stop.wait(min(poll, max(left, 0.02)))
         return None
