@@ -25,10 +25,10 @@ SETTINGS = "govflow.settings.test"
 
 
 @contextmanager
-def django_test_db(server: Server, prefix: str) -> Iterator[str]:
+def django_test_db(server: Server, prefix: str, settings: str = SETTINGS) -> Iterator[str]:
     """Set Django up on ``server`` with a fresh test database; yield its name, then drop it."""
     os.environ["DATABASE_URL"] = server.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
     sys.path.insert(1, str(ROOT))  # as pytest's rootdir: the test settings load tests/
     import django
 

@@ -2,7 +2,8 @@
 
     make bench                                    # full run
     make bench ARGS=--quick                       # a short run of each
-    make bench ARGS="--only tasks"                # one: ledger, engine, tasks, desk, instructions
+    make bench ARGS="--only tasks"                # one of: ledger, engine, tasks, desk,
+                                                  # instructions, resumes
     make bench ARGS="--ledger-args='--lifecycles 5000' --engine-args='--n 1000'"
 
 1. ``bench/ledger.py``: one non-atomic ledger lifecycle (record, then a verified success):
@@ -20,6 +21,9 @@
 5. ``bench/instructions.py``: instructions per step of the client and of the server,
    counted by valgrind's callgrind, not timed: the same for the same code whatever else
    the machine does. It starts a server of its own under callgrind.
+6. ``bench/resumes.py``: one long instance run a few steps per run, as an instance that
+   waits and resumes many times: client CPU per step and checkpoints read by a run's first
+   dispatch, first runs against last, with sealed marks and without (ADR 0066).
 
 All run on the same server: a throwaway durable one (``scripts/pg-server start DIR
 durable``, see ``pgserver.py``) started here and stopped at the end, also on error or
@@ -64,6 +68,7 @@ PARTS = (
     Part("tasks", "bench/tasks.py", "external tasks: fetch-and-lock claims"),
     Part("desk", "bench/desk.py", "the operator's desk with 10,000 instances"),
     Part("instructions", "bench/instructions.py", "instructions per step, client and server"),
+    Part("resumes", "bench/resumes.py", "a long instance resumed many times"),
 )
 
 
@@ -109,6 +114,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="",
         metavar="ARGS",
         help="more options for bench/instructions.py, e.g. '--instances 40 --top 30'",
+    )
+    parser.add_argument(
+        "--resumes-args",
+        default="",
+        metavar="ARGS",
+        help="more options for bench/resumes.py, e.g. '--steps 400 --per-run 1'",
     )
     parser.add_argument(
         "--engine-args",
@@ -182,6 +193,7 @@ def main(argv: list[str]) -> int:
         "tasks": shlex.split(args.tasks_args),
         "desk": shlex.split(args.desk_args),
         "instructions": shlex.split(args.instructions_args),
+        "resumes": shlex.split(args.resumes_args),
     }
     quick = ["--quick"] if args.quick else []
     started = perf_counter()

@@ -6,13 +6,7 @@ ledger, decisions, incidents, the chain and leases are the selectors
 """
 
 from .anchors import AnchorIndex, AnchorStore, FileAnchorStore, anchor_store
-from .canonical import (
-    FingerprintKind,
-    canonical_bytes,
-    fingerprint,
-    fingerprint_value,
-    input_guard,
-)
+from .canonical import FingerprintKind, canonical_bytes, fingerprint, fingerprint_value, input_guard
 from .chain import Verification, chain_verify, revision_require, subject_revision
 from .compensation_reads import (
     CompensationView,
@@ -181,6 +175,7 @@ from .services.resolutions import (
     incident_resolve_withdraw,
 )
 from .services.step_call import Observation, RowWrite, operation_observe_record
+from .services.stored_marks import chain_mark_store
 from .shared_commits import shared_commits_enable
 from .states import (
     TERMINAL,
@@ -289,6 +284,7 @@ __all__ = [
     "canonical_bytes",
     "chain_audit",
     "chain_mark_drop",
+    "chain_mark_store",
     "chain_verify",
     "chain_verify_whole",
     "checkpoints_of",

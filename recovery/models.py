@@ -373,6 +373,7 @@ class AnchorMark(models.Model):
 from .audits import ChainAudit  # noqa: E402
 from .compensations import Compensation  # noqa: E402
 from .observations import Observation, ObservationKind  # noqa: E402
+from .stored_marks import StoredMark  # noqa: E402
 
 __all__ = [
     "AnchorMark",
@@ -387,5 +388,6 @@ __all__ = [
     "Observation",
     "ObservationKind",
     "Operation",
+    "StoredMark",
     "evidence_storage",
 ]

@@ -30,37 +30,17 @@ DEFINITION = "bench.five_noops"
 TIMER_DEFINITION = "bench.timer_wait"
 
 
-def five_noops_document() -> dict:
-    steps = [f"s{i}" for i in range(1, STEPS + 1)]
-    chain = ["start", *steps, "end"]
-    return {
-        "key": DEFINITION,
-        "version": 1,
-        "title": "Five no-op steps",
-        "nodes": [
-            {"id": "start", "type": "start", "title": "Start"},
-            *(
-                {"id": s, "type": "action", "title": s, "action": "bench.noop", "input": {}}
-                for s in steps
-            ),
-            {"id": "end", "type": "end", "title": "End"},
-        ],
-        "transitions": [{"from": a, "to": b} for a, b in itertools.pairwise(chain)],
-    }
-
-
-def gated_document(steps: int) -> dict:
-    """``steps`` no-op steps behind a timer: instances wait (parked on the timer, see
-    :func:`govflow_db.create_waiting_timers`) until the driver makes their timers due."""
+def noops_document(key: str, steps: int, title: str, *, before: tuple[dict, ...] = ()) -> dict:
+    """A definition of ``steps`` no-op steps (``s1``…), after the nodes ``before``."""
     actions = [f"s{i}" for i in range(1, steps + 1)]
-    chain = ["start", "wait", *actions, "end"]
+    chain = ["start", *(node["id"] for node in before), *actions, "end"]
     return {
-        "key": f"bench.gated_{steps}",
+        "key": key,
         "version": 1,
-        "title": f"{steps} no-op steps behind a timer",
+        "title": title,
         "nodes": [
             {"id": "start", "type": "start", "title": "Start"},
-            {"id": "wait", "type": "timer", "title": "Wait", "at": "2099-01-01T00:00:00+00:00"},
+            *before,
             *(
                 {"id": s, "type": "action", "title": s, "action": "bench.noop", "input": {}}
                 for s in actions
@@ -69,6 +49,19 @@ def gated_document(steps: int) -> dict:
         ],
         "transitions": [{"from": a, "to": b} for a, b in itertools.pairwise(chain)],
     }
+
+
+def five_noops_document() -> dict:
+    return noops_document(DEFINITION, STEPS, "Five no-op steps")
+
+
+def gated_document(steps: int) -> dict:
+    """``steps`` no-op steps behind a timer: instances wait (parked on the timer, see
+    :func:`govflow_db.create_waiting_timers`) until the driver makes their timers due."""
+    wait = {"id": "wait", "type": "timer", "title": "Wait", "at": "2099-01-01T00:00:00+00:00"}
+    return noops_document(
+        f"bench.gated_{steps}", steps, f"{steps} no-op steps behind a timer", before=(wait,)
+    )
 
 
 def timer_document() -> dict:

@@ -7,9 +7,10 @@ Removing checkpoints from the *end* leaves a valid shorter chain: that is detect
 against a watermark (a revision a reader saw earlier) and against the operation rows,
 which remember the position of their latest checkpoint.
 
-Five modules, each importing only the ones before it: :mod:`.links` writes and reads the
+Six modules, each importing only the ones before it: :mod:`.links` writes and reads the
 chain's rows, :mod:`.marks` keeps how far a run verified a chain (ADR 0034: a success
-verifies only the tail after its run's mark), :mod:`.replay` recomputes a chain from rows
+verifies only the tail after its run's mark), :mod:`.stored` seals a mark for the
+subject's next run (ADR 0066), :mod:`.replay` recomputes a chain from rows
 already read (no database), whole or from a mark, :mod:`.written` keeps what a run wrote
 after its mark (ADR 0040: a standalone success checks it inside its write instead of
 reading it), and :mod:`.verify` reads a subject's rows and verifies them. Import from this
@@ -32,12 +33,13 @@ from .links import (
     insert_statement,
     load_checkpoints,
     load_operations,
-    load_subject,
+    load_sealed,
     prepare,
     read_head,
 )
 from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear, marks_of
 from .replay import Verification, compare, verify_marking, verify_rows, verify_tail
+from .stored import Seal, seal, unseal
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
 from .written import forget as mark_forget_written
 from .written import verified_through as mark_verified_through
@@ -53,6 +55,7 @@ __all__ = [
     "Head",
     "Mark",
     "Prepared",
+    "Seal",
     "Verification",
     "append",
     "chain_verify",
@@ -64,7 +67,7 @@ __all__ = [
     "insert_statement",
     "load_checkpoints",
     "load_operations",
-    "load_subject",
+    "load_sealed",
     "mark_drop",
     "mark_forget_written",
     "mark_keep",
@@ -76,7 +79,9 @@ __all__ = [
     "prepare",
     "read_head",
     "revision_require",
+    "seal",
     "subject_revision",
+    "unseal",
     "verify_marking",
     "verify_rows",
     "verify_tail",

@@ -15,6 +15,7 @@ from ..db import GENESIS_LINK, dialect
 from ..errors import ChainConflict
 from ..keys import chain_keys
 from ..models import Checkpoint, Operation
+from ..states import TERMINAL
 from ..subjects import Subject
 
 _CP = Checkpoint._meta.db_table
@@ -235,18 +236,35 @@ def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
     return cursor.fetchall()
 
 
-def load_subject(cursor, subject: Subject) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-    """:func:`load_checkpoints` and :func:`load_operations` of a whole chain in one
-    statement (one round trip, ADR 0052): the checkpoints in order, then the operations,
-    padded with NULLs to one row shape."""
+_MARK = "recovery_chain_mark"
+
+
+def load_sealed(cursor, subject: Subject) -> tuple[Sequence[Any] | None, list, list]:
+    """A subject's checkpoints and operations in one statement (one round trip, ADR 0052),
+    from its sealed mark on (ADR 0066); padded with NULLs to one row shape.
+
+    Returns the sealed mark's row (``seq, link, ops, key_id, mac``; None when the subject
+    has none), the checkpoints from its position on (all without one) and the operation
+    rows past it or still able to move (all without one): what a run verifies from the
+    mark once its seal holds. A seal that does not hold means reading the rest as well.
+    """
     width, ops = _READ.count(",") + 1, len(OP_COLUMNS)
     where = "WHERE subject_type = %s AND subject_id = %s"
+    since = f"(SELECT coalesce(max(seq), 0) FROM {_MARK} {where})"
+    still = ", ".join(f"'{state}'" for state in sorted(TERMINAL))
+    # The mark rides in the checkpoint columns: seq, (kind), ops as the fact, mac as the
+    # fact's fingerprint, (prev), link, key id, (projection).
     cursor.execute(
-        f"SELECT 0, {_READ}, {', '.join(['NULL'] * ops)} FROM {_CP} {where} UNION ALL "
+        f"SELECT 0, {_READ}, {', '.join(['NULL'] * ops)} FROM {_CP} {where} "
+        f"AND seq >= {since} UNION ALL "
         f"SELECT 1, {', '.join(['NULL'] * width)}, {', '.join(OP_COLUMNS)} FROM {_OP} {where} "
-        "ORDER BY 1, 2",
-        [subject.type, subject.id] * 2,
+        f"AND (chain_seq > {since} OR state NOT IN ({still})) UNION ALL "
+        f"SELECT 2, seq, NULL, ops, mac, NULL, link, key_id, NULL, {', '.join(['NULL'] * ops)} "
+        f"FROM {_MARK} {where} ORDER BY 1, 2",
+        [subject.type, subject.id] * 5,
     )
     rows = cursor.fetchall()
     checkpoints = [row[1 : 1 + width] for row in rows if row[0] == 0]
-    return checkpoints, [row[1 + width :] for row in rows if row[0] == 1]
+    operations = [row[1 + width :] for row in rows if row[0] == 1]
+    sealed = next((row[1 : 1 + width] for row in rows if row[0] == 2), None)
+    return sealed, checkpoints, operations

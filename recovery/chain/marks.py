@@ -10,9 +10,10 @@ checkpoints from the mark on and the operation rows they touch
 A mark is trustworthy because nobody but this process could have made it: it lives in this
 process's memory only, it was computed by a full verification made by this run, and it is
 bound to the run's lease (key, holder and fence). A new run or claim takes a new fence, so
-its first success verifies the whole chain again. A mark whose checkpoint no longer
-carries its link (rewritten, removed, a rolled-back write) is dropped and the chain is
-verified whole. Marks are few and small; the oldest are forgotten first.
+it starts without one: its first verification reads the whole chain, or the chain from its
+subject's sealed mark on when that seal holds (:mod:`.stored`, ADR 0066). A mark whose
+checkpoint no longer carries its link (rewritten, removed, a rolled-back write) is dropped
+and the chain is verified whole. Marks are few and small; the oldest are forgotten first.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class Mark:
     write finds them unchanged (``recovery.services.lone``)."""
     touched: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The operations ``written`` changed, as replaying it after ``seq`` leaves them."""
+    stored: int = 0
+    """The position of the subject's sealed mark this run read or wrote (ADR 0066), 0 when
+    none: a run seals its mark again only once it has gone far enough past it."""
 
     @property
     def head(self) -> tuple[int, str]:

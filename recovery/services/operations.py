@@ -46,6 +46,7 @@ from .dispatch_write import _RECORDED, SETTLED_FOR_A_NEW_ATTEMPT, insert_recorde
 from .first_writes import FirstWrites
 from .leases import Fence
 from .lone import alone, observe_alone, record_alone
+from .stored_marks import sealed_head
 
 __all__ = [
     "EffectOperation",
@@ -139,15 +140,15 @@ def _head(cursor, subject: Subject, fence: Fence, follow: bool):
 
     ``follow``: the caller's run goes on to observe this operation in a later commit of
     its own (a chained step). Inside the caller's transaction, when the run has verified
-    nothing yet, the whole chain is read and verified in place of the head (one statement
-    either way; a broken one raises :class:`ChainBroken`, refusing the dispatch), and once
+    nothing yet, the chain is read and verified in place of the head — from the subject's
+    sealed mark on when it holds (ADR 0066), else whole (one statement either way; a
+    broken one raises :class:`ChainBroken`, refusing the dispatch), and once
     the commit is made the run's mark covers the chain through this write, so that
     observation need not read it (ADR 0052). The mark is kept off the run until then: it
     may vouch for rows this transaction wrote."""
     if not follow or chain.mark_peek(fence) is not None:
         return chain.read_head(cursor, subject), None
-    checkpoints, operations = chain.load_subject(cursor, subject)
-    head = verified_head(cursor, subject, operations, checkpoints=checkpoints, fence=fence)
+    head = sealed_head(cursor, subject, fence)  # from the subject's seal on (ADR 0066)
     return head, chain.mark_drop(fence)
 
 

@@ -88,7 +88,7 @@ def killed_after_dispatch(monkeypatch, **changes):
     write, calls = counted(alpha_write(execute=execute, **changes))
     instance = start(linear(action("a"), action("b")))
     # A killed worker does not release its lease either.
-    monkeypatch.setattr(runtime, "lease_release_if_held", lambda fence: False)
+    monkeypatch.setattr(runtime, "release_sealed", lambda fence, going_on: False)
     with registry.override(write), pytest.raises(WorkerKilled):
         run(instance)
     monkeypatch.undo()

@@ -138,7 +138,7 @@ def test_a_poll_reads_only_the_head(settings):
     its chain."""
     effects.SCRIPT["alpha.write"] = [Pending(poll_after=60)]
     effects.SCRIPT["alpha.write:poll"] = [Pending(poll_after=60)] * 3
-    whole = "SELECT 0, seq, kind"  # chain.load_subject
+    whole = "SELECT 0, seq, kind"  # chain.load_sealed
     write, calls = counted()
     with registry.override(write):
         instance = start(linear(action("a"), action("b")))

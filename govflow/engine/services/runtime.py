@@ -64,7 +64,6 @@ from recovery.api import (
     LeaseHeld,
     StaleFence,
     lease_acquire,
-    lease_release_if_held,
     rows_as,
 )
 
@@ -83,6 +82,7 @@ from .load import handed_over_and_loaded, load_run, run_reload
 from .reconcile import ladder_due, ladder_step
 from .reconnect import DROPPED, Reconnect
 from .rehydration import rehydrate
+from .release import release_sealed
 from .routing import derive_status
 from .rows import rows_in_one
 from .run import INTEGRITY_BLOCK, Run, instance_lease_key
@@ -381,7 +381,7 @@ def _lease_release_and_requeue(
         return
     try:
         with engine_commit():
-            released = lease_release_if_held(fence=fence)
+            released = release_sealed(fence, going_on=check)
             if check and _runnable_left(run):
                 report.more = True
                 # It had its turn: behind every instance that waited meanwhile (ADR 0037).

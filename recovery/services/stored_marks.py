@@ -1,0 +1,89 @@
+"""Sealed marks: a run's verified mark kept for its subject's next run (ADR 0066).
+
+:func:`chain_mark_store` is called by the owner in the commit that ends a run whose
+subject goes on (an instance left waiting for a timer, a message or a person). The next
+run's first dispatch reads the seal with the chain (``chain.load_sealed``, one statement)
+and verifies only what follows it (:func:`sealed_head`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connection
+
+from .. import chain
+from ..db import dialect
+from ..subjects import Subject
+from ._ledger import Head, verified_head
+from .leases import Fence
+
+__all__ = ["STORE_AFTER", "chain_mark_store", "sealed_head"]
+
+log = logging.getLogger(__name__)
+
+STORE_AFTER = 32
+"""Checkpoints a run's mark must have gone past the subject's seal before it is sealed
+again: below that, the next run reads a few more checkpoints rather than this run writing
+a row at every end."""
+
+_UPSERT = (
+    "INSERT INTO recovery_chain_mark "
+    "(subject_type, subject_id, seq, link, ops, key_id, mac, written_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, {now}) "
+    "ON CONFLICT (subject_type, subject_id) DO UPDATE SET seq = excluded.seq, "
+    "link = excluded.link, ops = excluded.ops, key_id = excluded.key_id, mac = excluded.mac, "
+    "written_at = excluded.written_at"
+)
+
+
+def chain_mark_store(*, fence: Fence) -> bool:
+    """Seal the verified mark of the run holding ``fence`` for its subject's next run, in
+    the caller's transaction, when it has gone :data:`STORE_AFTER` checkpoints past the
+    subject's seal; True when it was written.
+
+    Needs no fence check: a seal states what the run verified (checkpoint ``seq`` carried
+    ``link``, the open operations stood so), which stays true whoever holds the lease now.
+    It replaces the subject's seal whatever that says: a later run that read a seal that
+    does not verify (a forged one, even one claiming a position past the chain's end) has
+    no mark from it and so seals again, and a stale run's older seal only means the next
+    run reads a few more checkpoints.
+    """
+    mark = chain.mark_peek(fence)
+    if mark is None or mark.seq - mark.stored < STORE_AFTER:
+        return False
+    sealed = chain.seal(mark)
+    subject = mark.subject
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UPSERT.format(now=dialect().now),
+            [subject.type, subject.id, sealed.seq, sealed.link, sealed.ops, sealed.key_id,
+             sealed.mac],
+        )  # fmt: skip
+    mark.stored = mark.seq
+    return True
+
+
+def sealed_head(cursor, subject: Subject, fence: Fence) -> Head:
+    """Verify ``subject``'s chain for the first dispatch of the run holding ``fence``:
+    from the subject's seal on when it holds, else whole; keep the run's mark at the
+    head. Raises :class:`~recovery.errors.ChainBroken` as :func:`verified_head` does.
+
+    A seal that does not verify (not written with the chain key, another subject's, a
+    retired key) is ignored, with a warning: the whole chain is read and verified.
+    """
+    row, checkpoints, operations = chain.load_sealed(cursor, subject)
+    if row is None:  # no seal: the rows are the whole chain's
+        return verified_head(cursor, subject, operations, checkpoints=checkpoints, fence=fence)
+    mark = chain.unseal(subject, chain.Seal.of_row(row))
+    if mark is None:
+        log.warning(
+            "The sealed chain mark of %s does not verify with the chain keys; it is ignored "
+            "and the whole chain is verified.",
+            subject,
+        )
+        return verified_head(cursor, subject, None, fence=fence)
+    chain.mark_keep(fence, mark)
+    return verified_head(
+        cursor, subject, operations, checkpoints=checkpoints, fence=fence, since=mark.seq
+    )
