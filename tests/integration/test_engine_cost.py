@@ -34,17 +34,17 @@ statement is a call inside the process, not a round trip to a server). No savepo
 ledger's and the fenced writes join the step's transaction (``recovery.api.joined``). The
 next token is found in the run's own view of its tokens, not by a query. A run adds,
 around its steps: acquiring the lease and loading the instance and its active tokens (3
-statements, one commit); the first step's dispatch in its own commit when nothing before
-it in this run made it ready (token; the chain, read and verified where only its head
-was needed, so the run's mark covers it (ADR 0052); operation and checkpoint: on
-PostgreSQL the token's move rides in the statement of the operation and its checkpoint,
-ADR 0053); releasing the lease,
+statements, in the run's first commit: ADR 0042, an unclaimed run's too since its
+amendment); the first step's dispatch when nothing before it in this run made it ready
+(token; the chain, read and verified where only its head was needed, so the run's mark
+covers it (ADR 0052); operation and checkpoint: on PostgreSQL the token's move rides in
+the statement of the operation and its checkpoint, ADR 0053); releasing the lease,
 in the commit that ended the instance (1 statement, and 1 to make sure no other branch is
 stuck), or else in a commit of its own that also checks for work released meanwhile (2
 statements). The last step inserts no next token and records its outcome alone. A claimed
-run (ADR 0026) costs one commit fewer: the lease handover and the load ride in the run's
-first commit (ADR 0042), and the commit that ends the instance also clears its runnable
-mark (ADR 0039).
+run (ADR 0026) hands the pusher's lease over where an unclaimed one acquires it, in the
+same first commit, and the commit that ends the instance also clears its runnable mark
+(ADR 0039).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def five_steps(settings) -> list[list[str]]:
         report = instance_run(instance_id=instance.pk)
     assert report.steps == 5 and report.status == InstanceStatus.COMPLETED
     totals = totals_of(captured.captured_queries)
-    assert totals["SAVEPOINT"] == 0 and totals["BEGIN"] == totals["COMMIT"] == 7, totals
+    assert totals["SAVEPOINT"] == 0 and totals["BEGIN"] == totals["COMMIT"] == 6, totals
     commits = transactions_of(captured.captured_queries)
     print(f"\n5 non-atomic steps on {connection.vendor}: {totals}")
     for number, statements in enumerate(commits, 1):
@@ -115,7 +115,7 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # 1 since ADR 0051: a run's later chained steps check the tail inside the call; since
     # ADR 0052 its first does too, the first dispatch having verified the chain.
     per_step = [1, 1, 1, 1] if one_call else [11] * 4
-    # The lease and the load; step 1's dispatch; steps 1-4 each with the next dispatch;
+    # The lease and the load with step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome and the release, and the instance's instance.completed event (its
     # sequence number and its row: ADR 0032). No look for a stuck branch: the load found
     # none and the run made none (``Run.stuck_at_load``). The steps
@@ -131,12 +131,12 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # the operation and its checkpoint in one statement (ADR 0052, 0053); on SQLite the
     # step, the head, the operation, the checkpoint.
     first = 2 if one_call else 4
-    assert [len(c) for c in commits] == [3, first, *per_step, last + 1 + event - alone]
+    assert [len(c) for c in commits] == [3 + first, *per_step, last + 1 + event - alone]
     assert not any("engine_incident" in sql for sql in commits[-1]), commits[-1]
     if one_call:  # the event and the release: the last statement of the ending
         assert "released AS (UPDATE recovery_lease" in commits[-1][-1], commits[-1]
         assert 'INSERT INTO "events_event"' in commits[-1][-1], commits[-1]
-    for commit in commits[2:6]:
+    for commit in commits[1:5]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
         assert sum("observe_record(" in sql for sql in commit) == int(one_call)
         tail = sum("recovery_tail_observe_record(" in sql for sql in commit)
@@ -151,7 +151,7 @@ def test_the_separate_statements_on_postgresql_cost_eleven(settings):
     with api.multi_statement(), separate_rows():
         commits = five_steps(settings)
     event = 1 if connection.vendor == "postgresql" else 2  # the event's number and row
-    assert [len(c) for c in commits] == [3, 4, 11, 11, 11, 11, 7 + event]
+    assert [len(c) for c in commits] == [3 + 4, 11, 11, 11, 11, 7 + event]
     assert not any("observe_record(" in sql for c in commits for sql in c)
 
 
@@ -161,10 +161,11 @@ def test_the_start_node_commit_carries_the_first_dispatch():
         report = instance_run(instance_id=instance.pk)
     assert report.steps == 3 and report.status == InstanceStatus.COMPLETED
     transactions = transactions_of(captured.captured_queries)
-    # lease + load; start node + dispatch s1; s1's outcome + dispatch s2; s2's outcome
+    # lease + load + start node + dispatch s1; s1's outcome + dispatch s2; s2's outcome
     # and the release.
-    assert len(transactions) == 4, transactions
-    assert sum(kind(sql) == "DISPATCH" for sql in transactions[1]) == 1
+    assert len(transactions) == 3, transactions
+    assert "recovery_lease" in transactions[0][0], transactions[0]
+    assert sum(kind(sql) == "DISPATCH" for sql in transactions[0]) == 1
 
 
 def test_an_atomic_step_commits_once(settings):
@@ -176,9 +177,10 @@ def test_an_atomic_step_commits_once(settings):
         report = instance_run(instance_id=instance.pk)
     assert report.steps == 2 and report.status == InstanceStatus.COMPLETED
     transactions = transactions_of(captured.captured_queries)
-    # The lease and load, step 1, step 2 and the release.
-    assert len(transactions) == 3, transactions
-    first = transactions[1]
+    # The lease and load with step 1; step 2 and the release.
+    assert len(transactions) == 2, transactions
+    first = transactions[0][3:]  # after the lease and the load's 3 statements
+    assert "recovery_lease" in transactions[0][0], transactions[0]
     print(f"\nan atomic step on {connection.vendor}: {len(first)} statements in one commit")
     # record operation (head, insert, checkpoint); the Note; observe (operation and
     # subject, checkpoints, update, checkpoint); token; next token; instance. On
@@ -204,7 +206,7 @@ def transactions_of(queries: list[dict]) -> list[list[str]]:
 def test_a_claimed_run_needs_no_commit_after_the_one_that_ended_it():
     """The claim's mark is cleared by the commit that ended the instance (ADR 0039), and
     the handover rides in the run's first commit (ADR 0042): a claimed run of a whole
-    instance costs one commit fewer than an unclaimed one, and leaves nothing for the
+    instance costs no more commits than an unclaimed one, and leaves nothing for the
     next claim."""
     instance = start(linear(*(action(f"s{i}") for i in range(1, 6))))
     [claim] = instances_claim(holder="pusher-1", limit=1, ttl=30)

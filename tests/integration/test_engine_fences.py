@@ -21,6 +21,7 @@ from govflow.engine.services.timers import timers_fire
 from govflow.engine.services.triggers import trigger_deliver
 from recovery import api
 from recovery.models import Operation
+from tests.dbclock import wait_until_expired
 from tests.engine_helpers import (
     alpha_write,
     chain_ok,
@@ -91,26 +92,25 @@ def test_a_worker_whose_lease_lapsed_during_the_call_cannot_commit_the_result_bu
 def test_a_worker_whose_lease_lapsed_before_dispatch_records_and_calls_nothing(
     short_lease, settings
 ):
-    thief = {}
+    lapsed = []
 
     def slow_preview(data):
-        if not thief:
-            instance_id = Instance.objects.get().pk
-            thief["fence"] = take_over(instance_lease_key(instance_id))
+        # The run's lease, taken in the transaction its dispatch commits (ADR 0042), runs
+        # out by the database clock before the dispatch boundary is written.
+        if not lapsed:
+            lapsed.append(wait_until_expired(instance_lease_key(Instance.objects.get().pk)))
         return alpha.write.preview(data)
 
     write, calls = counted(alpha_write(preview=slow_preview))
     with registry.override(write):
         instance = start(linear(action("a")))
-        # The start node alone first: its commit would otherwise also carry a's dispatch
-        # (and run the preview, and this test's same-connection "thief", inside it).
+        # The start node alone first: its commit would otherwise also carry a's dispatch.
         settings.GOVFLOW_MAX_STEPS_PER_RUN = 1
         run(instance)
         settings.GOVFLOW_MAX_STEPS_PER_RUN = 500
         assert run(instance).stale
-        assert not Operation.objects.exists() and calls == []
+        assert lapsed and not Operation.objects.exists() and calls == []
         assert token_of(instance, "a").state == TokenState.READY
-        api.lease_release(fence=thief["fence"])
         settings.GOVFLOW_LEASE_TTL = 30
         instance = drive(instance)
     assert instance.status == InstanceStatus.COMPLETED, instance.reason

@@ -21,7 +21,7 @@ from govflow.engine import broker as broker_module
 from govflow.engine.cluster import health_checks_off
 from govflow.engine.models import InstanceStatus
 from govflow.engine.queue import ADVANCE_GROUP, instances_claim
-from govflow.engine.services import reconnect, runtime
+from govflow.engine.services import handover, reconnect
 from govflow.engine.services.runtime import instance_run
 from tests.cluster_round import pusher_and_worker_round
 from tests.dbclock import terminate_backend
@@ -107,7 +107,7 @@ def test_a_worker_asks_no_health_check_before_its_statements(unchecked, monkeypa
 
 def test_a_connection_lost_before_the_run_is_replaced_and_the_run_completes(monkeypatch):
     instance = start(linear(action("a"), action("b")))
-    original, calls = runtime.lease_acquire, []
+    original, calls = handover.lease_acquire, []
 
     def dropped_once(**kwargs):
         calls.append(1)
@@ -115,7 +115,7 @@ def test_a_connection_lost_before_the_run_is_replaced_and_the_run_completes(monk
             raise OperationalError("server closed the connection unexpectedly")
         return original(**kwargs)
 
-    monkeypatch.setattr(runtime, "lease_acquire", dropped_once)
+    monkeypatch.setattr(handover, "lease_acquire", dropped_once)
     report = instance_run(instance_id=instance.pk)
     assert len(calls) == 2, "taken again on a fresh connection"
     assert report.status == InstanceStatus.COMPLETED

@@ -18,7 +18,7 @@ from django.utils import timezone
 from govflow.engine.models import Instance, InstanceStatus
 from govflow.engine.queue import instances_claim
 from govflow.engine.services import dispatch as dispatch_module
-from govflow.engine.services import runtime, steps
+from govflow.engine.services import opening, steps
 from govflow.engine.services.runtime import instance_run
 from recovery import api
 from recovery.models import Lease
@@ -38,7 +38,7 @@ def test_a_worker_that_dies_before_its_first_commit_changed_nothing_and_the_next
     [claim] = instances_claim(holder="pusher-1", limit=1, ttl=30)
     # The worker takes the lease over and loads the instance, then dies before the run's
     # first commit: its transaction never commits (the server rolls it back).
-    fence, run = runtime._handed_over_and_loaded(instance.pk, "worker-1", claim)
+    fence, run = opening.handed_over_and_loaded_run(instance.pk, "worker-1", claim)
     assert fence.fence == claim.fence + 1 and run.opened.is_open
     run.opened.rollback(RuntimeError("worker killed"), again=False)
     lease = lease_of(instance)

@@ -127,7 +127,7 @@ class Run:
     committed_status: str = ""
     """The instance's status as of this run's last commit (its events: ``emit``)."""
     opened: OpenedLoad | None = None
-    """A claimed run's handover and load, open until its first commit (``handover``)."""
+    """The run's lease and load, open until its first commit (``handover``)."""
     stuck_at_load: bool | None = None
     """Whether a step had failed or a route was blocked when the run loaded the instance
     (None: not read); with :attr:`stuck_since_load` it spares the ending its look
@@ -207,8 +207,8 @@ class Run:
             self.depth -= 1
 
     def load_closed(self, exc: BaseException | None = None) -> None:
-        """Close a claimed run's open handover and load: committed, or after ``exc``
-        rolled back with the lease handed over again in its own commit (``handover``)."""
+        """Close the run's open lease and load: committed, or after ``exc`` rolled back
+        with the lease taken again in its own commit (``handover``)."""
         if self.opened is None or not self.opened.is_open:
             return
         if exc is None:

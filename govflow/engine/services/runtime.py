@@ -63,11 +63,10 @@ from recovery.api import (
     IntegrityViolation,
     LeaseHeld,
     StaleFence,
-    lease_acquire,
     rows_as,
 )
 
-from ..conf import lease_ttl, max_steps_per_run, run_budget
+from ..conf import max_steps_per_run, run_budget
 from ..db import engine_commit
 from ..liveness import worker_name
 from ..models import InstanceStatus, Token, TokenState
@@ -77,15 +76,13 @@ from ..token_reads import runnable_select
 from .blocking import block, integrity_stop_message, kept_note
 from .definitions import pinned_contracts_refusal, pinned_definition_refusal, unresolved_reason
 from .dispatch import Chain, Next
-from .handover import OpenedLoad
-from .load import handed_over_and_loaded, load_run, run_reload
+from .load import run_reload
+from .opening import lease_and_load
 from .reconcile import ladder_due, ladder_step
-from .reconnect import DROPPED, Reconnect
 from .rehydration import rehydrate
 from .release import release_sealed
 from .routing import derive_status
-from .rows import rows_in_one
-from .run import INTEGRITY_BLOCK, Run, instance_lease_key
+from .run import INTEGRITY_BLOCK, Run
 from .saga import saga_enqueue_if_due, saga_run
 from .steps import run_chained, run_token
 
@@ -120,7 +117,7 @@ def instance_run(
     report = RunReport(instance_id)
     worker = worker or worker_name()
     try:
-        fence, run = _lease_and_load(instance_id, worker, claim)
+        fence, run = lease_and_load(instance_id, worker, claim)
     except LeaseHeld:
         report.skipped = "lease held by another worker"
         log.info("instance %s: %s; leaving it to them", instance_id, report.skipped)
@@ -176,56 +173,6 @@ def _stopped(run: Run, report: RunReport, exc: IntegrityViolation | ConflictErro
         type(exc).__name__,
         exc,
     )
-
-
-def _lease_and_load(instance_id: int, worker: str, claim: Claim | None):
-    """Take the lease and read the instance: one transaction (owns it). A claimed run's is
-    left open for the run's first commit to close (``Run.opened``, ADR 0042); an
-    unclaimed run's commits here.
-
-    Workers ask no health check of their connection before each task (ADR 0030): one that
-    died while idle (a server restart, a proxy's idle timeout) fails this, the run's first
-    statement. That commit rolled back whole, so it is made again on a fresh connection
-    (``reconnect``); a database that stays unreachable raises as before.
-    """
-    retry = Reconnect()
-    while True:
-        try:
-            if claim is not None:
-                return _handed_over_and_loaded(instance_id, worker, claim)
-            with engine_commit():
-                key = instance_lease_key(instance_id)
-                fence = lease_acquire(key=key, holder=worker, ttl=lease_ttl())
-                return fence, load_run(instance_id, fence)
-        except DROPPED as exc:
-            if not retry.again(exc, str(instance_id)):
-                raise
-
-
-def _handed_over_and_loaded(instance_id: int, worker: str, claim: Claim):
-    """The claim's lease handed over to ``worker`` and the instance loaded, in a
-    transaction left open on the run (``handover``); ``StaleFence`` when the claim lapsed.
-    Nothing to run (no such instance): committed here."""
-    claimed = Fence(key=instance_lease_key(instance_id), holder=claim.holder, fence=claim.fence)
-    opened = OpenedLoad(claimed=claimed, holder=worker, ttl=lease_ttl())
-    if rows_in_one():  # the handover and the load: one statement (ADR 0060)
-        fence, run = opened.begin_reading(
-            lambda: handed_over_and_loaded(
-                instance_id, claimed=claimed, holder=worker, ttl=lease_ttl()
-            )
-        )
-    else:
-        fence = opened.begin()
-        try:
-            run = load_run(instance_id, fence)
-        except BaseException as exc:
-            opened.rollback(exc, again=False)  # a dropped connection: made again whole
-            raise
-    if run is None:
-        opened.commit()
-    else:
-        run.opened = opened
-    return fence, run
 
 
 def _ended_or_refused(run: Run, report: RunReport) -> bool:
