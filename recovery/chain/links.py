@@ -250,18 +250,20 @@ def load_sealed(cursor, subject: Subject) -> tuple[Sequence[Any] | None, list, l
     """
     width, ops = _READ.count(",") + 1, len(OP_COLUMNS)
     where = "WHERE subject_type = %s AND subject_id = %s"
-    since = f"(SELECT coalesce(max(seq), 0) FROM {_MARK} {where})"
+    since = "(SELECT coalesce(max(seq), 0) FROM sealed)"
     still = ", ".join(f"'{state}'" for state in sorted(TERMINAL))
-    # The mark rides in the checkpoint columns: seq, (kind), ops as the fact, mac as the
-    # fact's fingerprint, (prev), link, key id, (projection).
+    # The seal is read once (a CTE read twice is computed once); it rides in the
+    # checkpoint columns: seq, (kind), ops as the fact, mac as the fact's fingerprint,
+    # (prev), link, key id, (projection).
     cursor.execute(
+        f"WITH sealed AS (SELECT seq, link, ops, key_id, mac FROM {_MARK} {where}) "
         f"SELECT 0, {_READ}, {', '.join(['NULL'] * ops)} FROM {_CP} {where} "
         f"AND seq >= {since} UNION ALL "
         f"SELECT 1, {', '.join(['NULL'] * width)}, {', '.join(OP_COLUMNS)} FROM {_OP} {where} "
         f"AND (chain_seq > {since} OR state NOT IN ({still})) UNION ALL "
         f"SELECT 2, seq, NULL, ops, mac, NULL, link, key_id, NULL, {', '.join(['NULL'] * ops)} "
-        f"FROM {_MARK} {where} ORDER BY 1, 2",
-        [subject.type, subject.id] * 5,
+        "FROM sealed ORDER BY 1, 2",
+        [subject.type, subject.id] * 3,
     )
     rows = cursor.fetchall()
     checkpoints = [row[1 : 1 + width] for row in rows if row[0] == 0]
