@@ -112,3 +112,41 @@ def test_an_unexpected_error_before_the_first_commit_releases_the_lease_and_defe
     monkeypatch.undo()
     assert instance_run(instance_id=instance.pk).status == InstanceStatus.COMPLETED
     assert effects.call_count() == 1
+
+
+def test_an_unclaimed_runs_acquire_rides_in_its_first_commit_and_is_taken_again_if_refused(
+    monkeypatch,
+):
+    """An unclaimed run (no claim: ``advance`` without one, an in-process run) acquires
+    its lease in the transaction its first commit closes (ADR 0042 amended; the commits
+    are counted in ``test_engine_cost.py``). Refused, that commit rolls the acquire back
+    too; the lease is acquired again on its own, under the same fence, and the run
+    carries on."""
+    instance = start(linear(action("a"), action("b")))
+    real, refused = steps.dispatch_next, []
+
+    def refused_once(run, *args, **kwargs):
+        if not refused:
+            refused.append((lease_of(instance).holder, run.fence.fence))
+            raise dispatch_module.ChainedDispatchRefused(api.IntegrityViolation("refused"))
+        return real(run, *args, **kwargs)
+
+    monkeypatch.setattr(steps, "dispatch_next", refused_once)
+    report = instance_run(instance_id=instance.pk, worker="worker-1")
+    assert refused == [("worker-1", 1)]
+    assert report.status == InstanceStatus.COMPLETED and not report.stale
+    assert effects.call_count() == 2
+    lease = lease_of(instance)
+    assert (lease.holder, lease.fence) == (None, 1), "the same fence, released at the end"
+    instance.refresh_from_db()
+    assert chain_ok(instance)
+
+
+def test_an_unclaimed_run_that_dies_before_its_first_commit_leaves_no_lease():
+    instance = start(linear(action("a")))
+    fence, run = opening.lease_and_load(instance.pk, "worker-1", None)
+    assert fence.fence == 1 and run.opened.is_open
+    run.opened.rollback(RuntimeError("worker killed"), again=False)
+    assert not Lease.objects.filter(key=f"instance:{instance.pk}").exists()
+    assert instance_run(instance_id=instance.pk, worker="worker-2").steps == 2
+    assert lease_of(instance).fence == 1, "the next run took the first fence"
