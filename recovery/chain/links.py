@@ -14,7 +14,7 @@ from ..canonical import FingerprintKind, canonical_bytes, fingerprint
 from ..db import GENESIS_LINK, dialect
 from ..errors import ChainConflict
 from ..keys import chain_keys
-from ..models import Checkpoint, Operation
+from ..models import Checkpoint, Operation, StoredMark
 from ..states import TERMINAL
 from ..subjects import Subject
 
@@ -236,7 +236,7 @@ def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
     return cursor.fetchall()
 
 
-_MARK = "recovery_chain_mark"
+_MARK = StoredMark._meta.db_table
 
 
 def load_sealed(cursor, subject: Subject) -> tuple[Sequence[Any] | None, list, list]:

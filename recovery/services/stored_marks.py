@@ -14,6 +14,7 @@ from django.db import connection
 
 from .. import chain
 from ..db import dialect
+from ..models import StoredMark
 from ..subjects import Subject
 from ._ledger import Head, verified_head
 from .leases import Fence
@@ -27,8 +28,9 @@ STORE_AFTER = 32
 again: below that, the next run reads a few more checkpoints rather than this run writing
 a row at every end."""
 
+_TABLE = StoredMark._meta.db_table
 _UPSERT = (
-    "INSERT INTO recovery_chain_mark "
+    f"INSERT INTO {_TABLE} "
     "(subject_type, subject_id, seq, link, ops, key_id, mac, written_at) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, {now}) "
     "ON CONFLICT (subject_type, subject_id) DO UPDATE SET seq = excluded.seq, "
