@@ -203,7 +203,8 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         name: getattr(settings, name) for name in ("GOVFLOW_LEASE_TTL", "GOVFLOW_MAX_STEPS_PER_RUN")
     }
     sweeper = Sweeper()  # the values the cluster's sweeper thread reads from the settings
-    runs = [k or gf.default_worker_runs() for k in cfg.throughput_runs]
+    runs = [k for k in cfg.throughput_runs if k]
+    defaults = ", ".join(f"{gf.default_worker_runs(n)} at N={n}" for n in cfg.throughput_workers)
     engine.update(
         GOVFLOW_SWEEP_LEASE_TTL=sweeper.ttl,
         GOVFLOW_SWEEP_TICK=sweeper.tick,
@@ -234,10 +235,16 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         f"  N = {', '.join(map(str, cfg.throughput_workers))} for throughput, 2 for growth, "
         "recovery and timers; a cluster counts as ready "
         "once its main process holds the sweeper lease",
-        f"  K = GOVFLOW_WORKER_RUNS, claimed runs at once per worker process, each in a thread "
-        f"(ADR 0041): {', '.join(map(str, runs))} for throughput"
-        f"{' (measured back to back for each N)' if len(runs) > 1 else ''}, "
-        f"{gf.default_worker_runs()} (the default) for the others",
+        "  K = claimed runs at once per worker process, each in a thread (ADR 0041); by "
+        "default GOVFLOW_CLUSTER_RUNS (16) divided among the N worker processes, at least 8 "
+        "(ADR 0067): "
+        + (
+            f"{', '.join(map(str, runs))} for throughput (GOVFLOW_WORKER_RUNS"
+            f"{', measured back to back for each N' if len(runs) > 1 else ''})"
+            if runs
+            else f"{defaults} for throughput"
+        )
+        + f", {gf.default_worker_runs(2)} (N=2) for the others",
         "  engine settings: " + ", ".join(f"{k}={v:g}" for k, v in engine.items()),
         f"  recovery run only: {', '.join(f'{k}={v}' for k, v in cfg.recovery_overrides.items())}",
         f"  instances started with instance_start from {cfg.govflow_enqueue_threads} threads",

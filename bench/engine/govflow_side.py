@@ -240,8 +240,9 @@ class Cluster:
         self.group.kill()
 
 
-def default_worker_runs() -> int:
-    """The engine's ``GOVFLOW_WORKER_RUNS`` on PostgreSQL when the setting is not given."""
-    from govflow.engine.conf import WORKER_RUNS
+def default_worker_runs(workers: int) -> int:
+    """The engine's runs per worker process on PostgreSQL for ``workers`` worker processes
+    when neither ``GOVFLOW_WORKER_RUNS`` nor ``GOVFLOW_CLUSTER_RUNS`` is given (ADR 0067)."""
+    from govflow.engine.conf import CLUSTER_RUNS, runs_per_worker
 
-    return int(WORKER_RUNS.default)
+    return runs_per_worker(int(CLUSTER_RUNS.default), workers)

@@ -157,7 +157,7 @@ def govflow_throughput(
     steps = len(ids) * gdb.STEPS
     result = {
         "workers": workers,
-        "worker_runs": worker_runs or gf.default_worker_runs(),
+        "worker_runs": worker_runs or gf.default_worker_runs(workers),
         "instances": len(ids),
         "steps": steps,
         "seconds": seconds,

@@ -26,6 +26,7 @@ __all__ = [
     "operator_lease_ttl",
     "payload_max_bytes",
     "run_budget",
+    "runs_per_worker",
     "settings_table",
     "shared_commit_wait",
     "sweep_duration",
@@ -49,11 +50,16 @@ class Setting:
     unit: str
     environment: bool
     description: str
+    shown: str = ""
+    """The default as the documentation and the checks' hints say it, when it is not one
+    value."""
 
     def value(self) -> int | float:
         return self.type(getattr(settings, self.name, self.default))
 
     def shown_default(self) -> str:
+        if self.shown:
+            return self.shown
         text = f"`{self.default}`"
         if self.unit == "bytes":
             kib = self.default // 1024
@@ -117,18 +123,32 @@ RUN_BUDGET = Setting(
     "inside "
     "django-q2's `timeout` (60 s), so a worker is not killed by the timeout mid-step",
 )
+CLUSTER_RUNS = Setting(
+    "GOVFLOW_CLUSTER_RUNS",
+    16,
+    int,
+    "",
+    True,
+    "instance runs one `qcluster` runs at once across its worker processes, when "
+    "`GOVFLOW_WORKER_RUNS` is not set: each worker process runs this many divided by "
+    "`Q_CLUSTER['workers']`, rounded up, but never fewer than 8, so that its runs still "
+    "share their commits (ADR 0062): 16 with 1 worker, 8 each with the default 2 or more "
+    "(ADR 0067)",
+)
 WORKER_RUNS = Setting(
     "GOVFLOW_WORKER_RUNS",
-    8,
+    0,
     int,
     "",
     True,
     "instance runs one `qcluster` worker process runs at once, each in a thread of its own "
     "with its own lease, fence and database connection (ADR 0041): a run mostly waits on "
-    "PostgreSQL, and the runs overlap their waits. The cluster claims `workers` x this many "
+    "PostgreSQL, and the runs overlap their waits. Unset: `GOVFLOW_CLUSTER_RUNS` divided "
+    "among the worker processes, at least 8 (ADR 0067). The cluster claims `workers` x this many "
     "instances at a time and holds up to `workers` x this many PostgreSQL connections for "
     'the runs (`docs/deployment.md`, "Connections"). On SQLite always 1 (one writer at a '
     "time): a value above 1 is ignored there, with a warning",
+    shown="`GOVFLOW_CLUSTER_RUNS` / workers, at least `8`",
 )
 SHARED_COMMIT_WAIT = Setting(
     "GOVFLOW_SHARED_COMMIT_WAIT",
@@ -254,6 +274,7 @@ SETTINGS: tuple[Setting, ...] = (
     DELIVERY_LEASE_TTL,
     MAX_STEPS_PER_RUN,
     RUN_BUDGET,
+    CLUSTER_RUNS,
     WORKER_RUNS,
     SHARED_COMMIT_WAIT,
     SWEEP_LEASE_TTL,
@@ -291,12 +312,29 @@ def run_budget() -> float:
 
 
 def worker_runs() -> int:
-    """Runs at once per worker process: the setting on PostgreSQL, 1 on SQLite."""
+    """Runs at once per worker process: 1 on SQLite; on PostgreSQL the setting, or when it
+    is not set the cluster's runs (``GOVFLOW_CLUSTER_RUNS``) divided among its worker
+    processes, rounded up (ADR 0067)."""
     from django.db import DEFAULT_DB_ALIAS, connections
 
     if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
         return 1
-    return WORKER_RUNS.value()
+    if getattr(settings, WORKER_RUNS.name, None) is not None:
+        return WORKER_RUNS.value()
+    from django_q.conf import Conf
+
+    return runs_per_worker(CLUSTER_RUNS.value(), int(Conf.WORKERS or 1))
+
+
+MIN_WORKER_RUNS = 8
+"""The fewest runs per worker process by default: a process's chained steps commit
+together (ADR 0062), and fewer runs make smaller, more numerous commits."""
+
+
+def runs_per_worker(cluster_runs: int, workers: int) -> int:
+    """``cluster_runs`` divided among ``workers`` worker processes, rounded up, and never
+    fewer than :data:`MIN_WORKER_RUNS` (ADR 0067)."""
+    return max(MIN_WORKER_RUNS, -(-cluster_runs // max(1, workers)))
 
 
 def shared_commit_wait() -> float:

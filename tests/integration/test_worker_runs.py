@@ -1,8 +1,10 @@
 """``GOVFLOW_WORKER_RUNS``: runs at once per worker process (ADR 0041), on both databases.
 
 The setting is checked like every engine setting, is 1 on SQLite whatever is asked (with a
-warning), and sizes the broker's claim batch: workers x runs. Outside a ``qcluster``
-worker ``advance`` runs the instance itself, whatever the setting.
+warning), and sizes the broker's claim batch: workers x runs. Unset, it is the cluster's
+runs (``GOVFLOW_CLUSTER_RUNS``) divided among its worker processes, at least 8 (ADR
+0067). Outside a ``qcluster`` worker ``advance`` runs the instance itself, whatever the
+setting.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def test_a_worker_runs_value_that_is_no_positive_whole_number_is_refused(setting
     [error] = problems(("engine.E003",))
     assert error.level == checks.ERROR
     assert f"GOVFLOW_WORKER_RUNS is {value!r}; it must be a positive whole number." in error.msg
-    assert "remove it for the default (8)" in error.hint
+    assert "remove it for the default (GOVFLOW_CLUSTER_RUNS / workers, at least 8)" in error.hint
 
 
 def test_several_runs_per_worker_are_postgresqls_and_ignored_with_a_warning_on_sqlite(settings):
@@ -50,11 +52,38 @@ def test_several_runs_per_worker_are_postgresqls_and_ignored_with_a_warning_on_s
         assert conf.worker_runs() == 1
 
 
-def test_the_default_is_eight_runs_on_postgresql_and_one_on_sqlite(settings):
+@pytest.mark.parametrize(("workers", "expected"), [(1, 16), (2, 8), (3, 8), (4, 8), (16, 8)])
+def test_by_default_the_clusters_sixteen_runs_are_divided_among_its_workers_at_least_eight(
+    settings, monkeypatch, workers, expected
+):
     if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
         del settings.GOVFLOW_WORKER_RUNS
+    monkeypatch.setattr(Conf, "WORKERS", workers)
     assert problems(("engine.E003", "engine.W005")) == []
-    assert conf.worker_runs() == (8 if connection.vendor == "postgresql" else 1)
+    assert conf.worker_runs() == (expected if connection.vendor == "postgresql" else 1)
+
+
+@pytest.mark.parametrize(("cluster_runs", "expected"), [(40, 14), (48, 16), (9, 8), (1, 8)])
+def test_the_clusters_runs_are_divided_rounded_up(settings, monkeypatch, cluster_runs, expected):
+    if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
+        del settings.GOVFLOW_WORKER_RUNS
+    settings.GOVFLOW_CLUSTER_RUNS = cluster_runs
+    monkeypatch.setattr(Conf, "WORKERS", 3)
+    assert conf.worker_runs() == (expected if connection.vendor == "postgresql" else 1)
+
+
+def test_the_worker_runs_setting_wins_over_the_clusters(settings, monkeypatch):
+    settings.GOVFLOW_CLUSTER_RUNS = 64
+    settings.GOVFLOW_WORKER_RUNS = 2
+    monkeypatch.setattr(Conf, "WORKERS", 1)
+    assert conf.worker_runs() == (2 if connection.vendor == "postgresql" else 1)
+
+
+def test_a_cluster_runs_value_that_is_no_positive_whole_number_is_refused(settings):
+    settings.GOVFLOW_CLUSTER_RUNS = 0
+    [error] = problems(("engine.E003",))
+    assert "GOVFLOW_CLUSTER_RUNS is 0; it must be a positive whole number." in error.msg
+    assert "remove it for the default (16)" in error.hint
 
 
 def test_the_claim_batch_is_one_instance_per_run_the_workers_run_at_once(settings, monkeypatch):
