@@ -72,11 +72,21 @@ MAX_SHARED = 32
 _SENT, _ALONE, _BROKEN, _RAISED = "sent", "alone", "broken", "raised"
 
 
+def _held() -> Any:
+    """A lock taken at once: its thread waits by acquiring it again, and is let go by one
+    release — what an Event does, without the Condition an Event builds at every wait."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass(eq=False)
 class _Statement:
     sql: str
     params: Sequence[Any]
-    ready: threading.Event = field(default_factory=threading.Event)
+    ready: Any = field(default_factory=_held)
+    """Released when the statement's thread may go on: to send the next shared commit
+    (``leads``; it is held again once that thread has taken it), or with its outcome."""
     leads: bool = False
     """This statement's thread sends the next shared commit."""
     outcome: str = ""
@@ -115,7 +125,7 @@ class SharedCommits:
             if not mine.leads and len(self._line) >= self._wanted():
                 self._joined.notify()
         if not mine.leads:
-            mine.ready.wait()
+            mine.ready.acquire()
         if mine.leads and not mine.outcome:
             self._lead(cursor)
         return _answer(cursor, mine)
@@ -147,9 +157,9 @@ class SharedCommits:
                 else:
                     self._sending = False
             for statement in batch:
-                statement.ready.set()
+                statement.ready.release()
             if after is not None:
-                after.ready.set()
+                after.ready.release()
 
 
 def _send_together(cursor, batch: list[_Statement]) -> None:
