@@ -236,7 +236,7 @@ def environment(server, cfg: scenarios.Config, dbos_version: str) -> list[str]:
         "recovery and timers; a cluster counts as ready "
         "once its main process holds the sweeper lease",
         "  K = claimed runs at once per worker process, each in a thread (ADR 0041); by "
-        "default GOVFLOW_CLUSTER_RUNS (16) divided among the N worker processes, at least 8 "
+        "default GOVFLOW_CLUSTER_RUNS (24) divided among the N worker processes, at least 8 "
         "(ADR 0067): "
         + (
             f"{', '.join(map(str, runs))} for throughput (GOVFLOW_WORKER_RUNS"

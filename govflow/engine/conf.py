@@ -125,15 +125,15 @@ RUN_BUDGET = Setting(
 )
 CLUSTER_RUNS = Setting(
     "GOVFLOW_CLUSTER_RUNS",
-    16,
+    24,
     int,
     "",
     True,
     "instance runs one `qcluster` runs at once across its worker processes, when "
     "`GOVFLOW_WORKER_RUNS` is not set: each worker process runs this many divided by "
     "`Q_CLUSTER['workers']`, rounded up, but never fewer than 8, so that its runs still "
-    "share their commits (ADR 0062): 16 with 1 worker, 8 each with the default 2 or more "
-    "(ADR 0067)",
+    "share their commits (ADR 0062): 24 with 1 worker, 12 each with the default 2, 8 each "
+    "with 3 or more (ADR 0067)",
 )
 WORKER_RUNS = Setting(
     "GOVFLOW_WORKER_RUNS",

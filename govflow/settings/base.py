@@ -255,7 +255,7 @@ GOVFLOW_MAX_STEPS_PER_RUN = env_int("GOVFLOW_MAX_STEPS_PER_RUN", 500)
 GOVFLOW_RUN_BUDGET = env_float("GOVFLOW_RUN_BUDGET", 25)
 # Runs at once across a qcluster's worker processes, divided among them (ADR 0067), unless
 # GOVFLOW_WORKER_RUNS names the runs per worker process (ADR 0041). Always 1 on SQLite.
-GOVFLOW_CLUSTER_RUNS = env_int("GOVFLOW_CLUSTER_RUNS", 16)
+GOVFLOW_CLUSTER_RUNS = env_int("GOVFLOW_CLUSTER_RUNS", 24)
 if os.environ.get("GOVFLOW_WORKER_RUNS", ""):
     GOVFLOW_WORKER_RUNS = env_int("GOVFLOW_WORKER_RUNS", 1)
 GOVFLOW_SHARED_COMMIT_WAIT = env_float("GOVFLOW_SHARED_COMMIT_WAIT", 0.005)

@@ -52,8 +52,8 @@ def test_several_runs_per_worker_are_postgresqls_and_ignored_with_a_warning_on_s
         assert conf.worker_runs() == 1
 
 
-@pytest.mark.parametrize(("workers", "expected"), [(1, 16), (2, 8), (3, 8), (4, 8), (16, 8)])
-def test_by_default_the_clusters_sixteen_runs_are_divided_among_its_workers_at_least_eight(
+@pytest.mark.parametrize(("workers", "expected"), [(1, 24), (2, 12), (3, 8), (4, 8), (16, 8)])
+def test_by_default_the_clusters_24_runs_are_divided_among_its_workers_at_least_eight(
     settings, monkeypatch, workers, expected
 ):
     if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
@@ -83,7 +83,7 @@ def test_a_cluster_runs_value_that_is_no_positive_whole_number_is_refused(settin
     settings.GOVFLOW_CLUSTER_RUNS = 0
     [error] = problems(("engine.E003",))
     assert "GOVFLOW_CLUSTER_RUNS is 0; it must be a positive whole number." in error.msg
-    assert "remove it for the default (16)" in error.hint
+    assert "remove it for the default (24)" in error.hint
 
 
 def test_the_claim_batch_is_one_instance_per_run_the_workers_run_at_once(settings, monkeypatch):
