@@ -26,6 +26,14 @@ from tests.flows import action, linear, start
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture
+def unset(settings):
+    """The settings without GOVFLOW_WORKER_RUNS: the default applies."""
+    if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
+        del settings.GOVFLOW_WORKER_RUNS
+    return settings
+
+
 def problems(ids: tuple[str, ...]) -> list[checks.CheckMessage]:
     return [found for found in check_settings(None) if found.id in ids]
 
@@ -54,20 +62,16 @@ def test_several_runs_per_worker_are_postgresqls_and_ignored_with_a_warning_on_s
 
 @pytest.mark.parametrize(("workers", "expected"), [(1, 24), (2, 12), (3, 8), (4, 8), (16, 8)])
 def test_by_default_the_clusters_24_runs_are_divided_among_its_workers_at_least_eight(
-    settings, monkeypatch, workers, expected
+    unset, monkeypatch, workers, expected
 ):
-    if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
-        del settings.GOVFLOW_WORKER_RUNS
     monkeypatch.setattr(Conf, "WORKERS", workers)
     assert problems(("engine.E003", "engine.W005")) == []
     assert conf.worker_runs() == (expected if connection.vendor == "postgresql" else 1)
 
 
 @pytest.mark.parametrize(("cluster_runs", "expected"), [(40, 14), (48, 16), (9, 8), (1, 8)])
-def test_the_clusters_runs_are_divided_rounded_up(settings, monkeypatch, cluster_runs, expected):
-    if hasattr(settings, "GOVFLOW_WORKER_RUNS"):
-        del settings.GOVFLOW_WORKER_RUNS
-    settings.GOVFLOW_CLUSTER_RUNS = cluster_runs
+def test_the_clusters_runs_are_divided_rounded_up(unset, monkeypatch, cluster_runs, expected):
+    unset.GOVFLOW_CLUSTER_RUNS = cluster_runs
     monkeypatch.setattr(Conf, "WORKERS", 3)
     assert conf.worker_runs() == (expected if connection.vendor == "postgresql" else 1)
 
