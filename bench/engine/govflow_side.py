@@ -12,6 +12,7 @@ import atexit
 import functools
 import itertools
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -28,6 +29,8 @@ SETTINGS = "bench.engine.settings"
 STEPS = 5
 DEFINITION = "bench.five_noops"
 TIMER_DEFINITION = "bench.timer_wait"
+CARRIED = re.compile(r" govflow-advance-\d+\+(\d+)-")
+"""The further runs a claimed ``advance`` task's name says it carries (ADR 0069)."""
 
 
 def noops_document(key: str, steps: int, title: str, *, before: tuple[dict, ...] = ()) -> dict:
@@ -227,17 +230,25 @@ class Cluster:
         return roles
 
     def advance_tasks_run(self) -> int:
-        """``advance`` tasks this cluster's workers started (django-q2 logs each one):
-        instance runs, whether a queued task or a claim (ADR 0026) delivered them."""
+        """Instance runs this cluster's workers started, whether a queued task or a claim
+        (ADR 0026) delivered them: django-q2 logs each ``advance`` task it starts, and a
+        claimed task's name counts the runs it carries (``govflow-advance-<id>+<more>-…``,
+        ADR 0069)."""
         text = self.group.log_path.read_text(errors="replace")
         return sum(
-            1
+            _runs_carried(line)
             for line in text.splitlines()
             if " processing " in line and "'govflow.engine.tasks.advance'" in line
         )
 
     def kill(self) -> None:
         self.group.kill()
+
+
+def _runs_carried(line: str) -> int:
+    """Instance runs of the ``advance`` task a log line starts: 1, or 1 + its ``+N``."""
+    found = CARRIED.search(line)
+    return 1 + int(found.group(1)) if found else 1
 
 
 def default_worker_runs(workers: int) -> int:

@@ -7,11 +7,13 @@ asks any broker. The dequeue:
 
 1. claims up to one instance per run the workers run at once (``claim_batch``, ADR 0041)
    with ``queue.instances_claim`` (one statement: the runnable instances no live lease
-   holds, their leases taken for the pusher), and hands each to the workers as an
-   ``advance`` task that carries the claim (instance, fence, holder, mark count). The
-   worker (or its run thread, ``runpool.py``) takes the lease over under its own name in
-   the commit that loads the instance (``recovery.api.lease_handover``), so the liveness
-   probes judge the process that runs it;
+   holds, their leases taken for the pusher), and hands them to the workers as
+   ``advance`` tasks that carry the claims (instance, fence, holder, mark count): where a
+   worker process runs several at once, a task carries a share of the dequeue's claims,
+   at most one per run thread (``claims_per_task``, ADR 0069), else one. The worker's run
+   thread (``runpool.py``) takes each lease over under its own name in the commit that
+   loads the instance (``recovery.api.lease_handover``), so the liveness probes judge the
+   process that runs it;
 2. then takes ordinary tasks from django-q2's own queue, as the ORM broker does (the
    fallback sweep, one-off tasks): they are not instance runs.
 
@@ -51,15 +53,26 @@ CLAIM_ACK = "govflow-claim:"
 """The prefix of a claimed run's ack id: acknowledging it is a no-op."""
 
 
-def claim_task(claim: Claim) -> dict[str, Any]:
-    """The django-q2 task dict of one claimed instance run (ids and numbers only)."""
+def claim_task(claim: Claim, *more: Claim) -> dict[str, Any]:
+    """The django-q2 task dict of claimed instance runs (ids and numbers only): ``claim``,
+    and ``more`` after it in the same task (ADR 0069). Its name counts the runs it carries:
+    ``govflow-advance-<first instance>+<more>-<id>`` (``-<first instance>-`` alone)."""
     task_id = uuid.uuid4().hex
+    kwargs: dict[str, Any] = {
+        "fence": claim.fence,
+        "holder": claim.holder,
+        "wakeups": claim.wakeups,
+    }
+    runs = f"{claim.instance_id}"
+    if more:
+        kwargs["more"] = [(c.instance_id, c.fence, c.holder, c.wakeups) for c in more]
+        runs += f"+{len(more)}"
     return {
         "id": task_id,
-        "name": f"{ADVANCE_GROUP}-{claim.instance_id}-{task_id[:8]}",
+        "name": f"{ADVANCE_GROUP}-{runs}-{task_id[:8]}",
         "func": ADVANCE,
         "args": (claim.instance_id,),
-        "kwargs": {"fence": claim.fence, "holder": claim.holder, "wakeups": claim.wakeups},
+        "kwargs": kwargs,
         "group": ADVANCE_GROUP,
         # The run's outcome is the instance's; a failure is still stored.
         "save": False,
@@ -82,14 +95,17 @@ class ClaimBroker(ORM):
         self.get_connection()  # closes a connection gone stale, as the ORM broker does
         claims = _claim()
         signer = TimestampSigner(key=Conf.SECRET_KEY, salt=Conf.PREFIX)
+        size = claims_per_task(len(claims))
         found = [
             (
-                f"{CLAIM_ACK}{claim.instance_id}:{claim.fence}",
+                f"{CLAIM_ACK}{claims[at].instance_id}:{claims[at].fence}",
                 signer.sign_object(
-                    claim_task(claim), serializer=PickleSerializer, compress=Conf.COMPRESSED
+                    claim_task(*claims[at : at + size]),
+                    serializer=PickleSerializer,
+                    compress=Conf.COMPRESSED,
                 ),
             )
-            for claim in claims
+            for at in range(0, len(claims), size)
         ]
         if len(claims) < claim_batch() or self._queue_due():
             found.extend(self._queued())
@@ -175,6 +191,22 @@ def _claim() -> list[Claim]:
         log.warning("the claim's database connection was lost (%s); claiming again", exc)
         connection.close()
         return instances_claim(holder=worker_name(), limit=claim_batch(), ttl=lease_ttl())
+
+
+def claims_per_task(claimed: int) -> int:
+    """Claims one ``advance`` task carries, of ``claimed`` claimed at one dequeue (ADR 0069).
+
+    Where worker processes run several instances at once (``worker_runs`` > 1: run
+    threads), the dequeue's claims are shared out among the cluster's worker processes, a
+    task each, never more than one process runs at once: django-q2's per-task work (the
+    pusher's signing, the queues' pickling, the worker's log line and signals, the
+    monitor's result) is paid once per task, not once per run. Else (one run at a time, as
+    on SQLite) a task carries one claim, so that the runs spread over the processes."""
+    runs = worker_runs()
+    if runs <= 1 or claimed <= 1:
+        return 1
+    workers = max(1, int(Conf.WORKERS or 1))
+    return max(1, min(runs, -(-claimed // workers)))
 
 
 def claim_batch() -> int:

@@ -2,11 +2,12 @@
 
 django-q2 gives a worker process one task at a time, and a run spends most of its time
 waiting on PostgreSQL (round trips, WAL flushes). With ``GOVFLOW_WORKER_RUNS`` = K > 1 (on
-PostgreSQL), the ``advance`` task of a claimed run does not run it: it hands the claim to
-a free one of the process's K run threads and returns as soon as a thread is free again,
-so django-q2's worker takes its next task when it can start it, and K runs overlap their
-waits. A worker whose threads are all busy takes no task: the others take it. With K = 1 (and always
-on SQLite) ``advance`` runs the instance itself, as before.
+PostgreSQL), the ``advance`` task of claimed runs does not run them: it hands each claim
+it carries (ADR 0069) to a free one of the process's K run threads, waiting for one while
+all are busy, and returns as soon as a thread is free again, so django-q2's worker takes
+its next task when it can start it, and K runs overlap their waits. A worker whose
+threads are all busy takes no task: the others take it. With K = 1 (and always on SQLite)
+``advance`` runs the instance itself, as before.
 
 What stays as it was:
 

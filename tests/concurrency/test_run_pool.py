@@ -227,6 +227,26 @@ def test_a_run_that_outlives_django_q2s_timeout_ends_its_worker_process(pool, mo
     wait_for(lambda: _all_completed([instance.pk]), timeout=60, what="the instance completed")
 
 
+def test_a_task_of_several_claims_hands_each_to_a_run_thread(pool, monkeypatch):
+    """ADR 0069: ``advance`` with further claims hands them to the run threads one by one,
+    waiting for a free thread when all are busy (5 claims, 2 threads), and returns once a
+    thread is free; every run takes its lease over from the pusher."""
+    from govflow.engine import tasks as tasks_module
+    from govflow.engine.broker import claim_task
+
+    runs = pool(size=2)
+    monkeypatch.setattr(tasks_module, "run_pool", lambda: runs)
+    ids = [start(linear(action("a"), action("b")), {"value": f"t{n}"}).pk for n in range(5)]
+    claims = instances_claim(holder="pusher", limit=5, ttl=30)
+    task = claim_task(*claims)
+    handed = tasks_module.advance(*task["args"], **task["kwargs"])
+    assert handed["instances"] == [claim.instance_id for claim in claims]
+    wait_for(lambda: _all_completed(ids), timeout=60, what="every instance completed")
+    # Each run took its lease over from the pusher (ADR 0026): none is left in its name.
+    leases = Lease.objects.filter(key__in=[f"instance:{pk}" for pk in ids], holder="pusher")
+    assert not leases.exists()
+
+
 def _all_completed(ids: list[int]) -> bool:
     from govflow.engine.models import Instance
 

@@ -100,12 +100,12 @@ def test_a_chained_steps_ledger_call_is_planned_once_per_session(counted):
             "AND NOT toplevel AND query LIKE '%%p\\_%%' AND calls > 0 ORDER BY query"
         )
         inside = cursor.fetchall()
-    # Its statements and those of recovery_tail_observe_record (they name their p_
-    # parameters): of the 4 chained steps of each instance, the first calls the one, the
-    # next three the other, which calls the one (ADR 0051); so each statement runs at
-    # least 3 times per instance. (Simple expressions, such as a RETURN of a call, are
-    # evaluated without the executor and count no calls.) Each is planned once (or
-    # rebuilt after a change of statistics); planned at every call, they would show as
-    # many plans as calls.
+    # The statements of recovery_tail_observe_record, and of recovery_observe_record if a
+    # step calls it (they name their p_ parameters): each of the 4 chained steps of each
+    # instance checks its run's tail in the call (ADR 0051, 0052), whose four statements
+    # write the step (ADR 0068); so each runs at least 3 times per instance. (Simple
+    # expressions are evaluated without the executor and count no calls.) Each is
+    # planned once (or rebuilt after a change of statistics); planned at every call, they
+    # would show as many plans as calls.
     assert inside and all(calls >= 3 * INSTANCES for _, calls, _ in inside), inside
     assert all(plans <= 1 + REBUILDS for _, _, plans in inside), inside
