@@ -16,7 +16,8 @@ Now the tail function writes itself, in four statements:
 2. step k's operation moved, found by its key (the look-up by key was a statement of its
    own, then the move by id);
 3. both checkpoints, one ``INSERT`` of two rows;
-4. step k+1's operation, with its checks.
+4. step k+1's operation, with its checks, but for the fence: step 2 checked it, and its
+   ``FOR SHARE`` holds the lease row until the commit, so no takeover comes between.
 
 The conditions and answers are those of the two functions before: ``'tail'`` (the stored
 rows past the mark are not the ones the run wrote, or step k's operation is not there),
@@ -118,7 +119,9 @@ BEGIN
     IF v_written < 2 THEN
         RETURN 'chain';
     END IF;
-    -- 4. Step k+1 recorded: the dispatch write with its checks (ADR 0009).
+    -- 4. Step k+1 recorded: the dispatch write with its checks (ADR 0009). The fence was
+    --    checked by step 2, whose FOR SHARE holds the lease row until the commit: no
+    --    takeover (an UPDATE of that row) can come between.
     INSERT INTO recovery_operation (key, subject_type, subject_id, step_id, action,
         recovery_mode, definition_fp, input_fp, preview_fp, access_fp, idempotency_fp,
         result_fp, lease_key, fence, ordinal, state, revision, chain_seq, recorded_at,
@@ -127,11 +130,7 @@ BEGIN
         v_next ->> 3, v_next ->> 4, v_next ->> 5, v_next ->> 6, v_next ->> 7,
         v_next ->> 8, '', p_lease_key, p_fence, (v_next ->> 9)::integer, v_next ->> 10, 1,
         v_head_seq + 2, clock_timestamp(), clock_timestamp()
-    WHERE EXISTS (
-        SELECT 1 FROM recovery_lease WHERE key = p_lease_key AND holder = p_holder
-        AND fence = p_fence AND expires_at > clock_timestamp() FOR SHARE
-    )
-    AND NOT EXISTS (
+    WHERE NOT EXISTS (
         SELECT 1 FROM recovery_incident WHERE status = 'open' AND (
             (subject_type = p_subject_type AND subject_id = p_subject_id)
             OR (subject_type = p_ledger_type AND subject_id = p_ledger_id))

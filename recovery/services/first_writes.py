@@ -53,7 +53,7 @@ class RowWrite:
         return (
             [f"first_write AS ({sql} RETURNING 1)"],
             params,
-            ["(SELECT count(*) FROM first_write)"],
+            ["(SELECT 1 FROM first_write)"],
             "EXISTS (SELECT 1 FROM first_write)",
         )
 

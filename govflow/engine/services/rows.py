@@ -90,7 +90,7 @@ class StepRows:
             sql, part_params = write.sql(fence)
             parts.append(f"move_{number} AS ({sql} RETURNING 1)")
             params += part_params
-            results.append(f"(SELECT count(*) FROM move_{number})")
+            results.append(f"(SELECT 1 FROM move_{number})")
         if self.token is not None:
             sql, part_params = insert_statement(self.token)
             parts.append(f"new_step AS ({sql})")
@@ -99,7 +99,7 @@ class StepRows:
         sql, part_params = self.instance.sql(fence)
         parts.append(f"instance_row AS ({sql} RETURNING 1)")
         params += part_params
-        results.append("(SELECT count(*) FROM instance_row)")
+        results.append("(SELECT 1 FROM instance_row)")
         matched = [f"{r} = 1" for r in results[: len(self.moves)]]
         matched.append("EXISTS (SELECT 1 FROM instance_row)")
         return parts, params, results, " AND ".join(matched)
@@ -120,7 +120,7 @@ class StepRows:
             self.token._state.db = connection.alias
             self.active.pop(unsaved_key(self.token), None)
             self.active[self.token.pk] = self.token
-        if count == 0:
+        if count is None:
             lease_require_live(fence=fence, doing="write")
 
     def write(self, fence: Fence) -> None:
