@@ -35,7 +35,8 @@ SHAPE = (
         "WITH op AS (INSERT INTO recovery_operation",
     ),
     (
-        "SELECT 0 AS part",
+        # A run's success with no mark reads from its subject's seal (ADR 0070): none here.
+        "WITH sealed AS (SELECT",
         "WITH up AS (UPDATE recovery_operation",
     ),
 )
@@ -198,7 +199,7 @@ def lifecycle_runner(
             if not all(cur.fetchone()):  # recorded, chained, and the (no) first rows matched
                 raise RuntimeError(f"baseline: the fence of {st}:{sid} is not live")
         with conn.transaction():
-            execute(load_all, [p.key, p.key, p.key])
+            execute(load_all, [p.key] * load_all.count("%s"))  # each the key
             rows = cur.fetchall()
             mine = next(row for row in rows if row[0] == 1 and row[i_key] == p.key)
             last = [row for row in rows if row[0] == 0][-1]

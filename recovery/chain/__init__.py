@@ -22,6 +22,7 @@ from .links import (
     CHECKPOINT_TABLE,
     COMPARED,
     EMPTY,
+    MARK_TABLE,
     OP_COLUMNS,
     Head,
     Prepared,
@@ -37,7 +38,16 @@ from .links import (
     prepare,
     read_head,
 )
-from .marks import Mark, mark_drop, mark_keep, mark_peek, marks_clear, marks_of
+from .marks import (
+    Mark,
+    mark_drop,
+    mark_keep,
+    mark_peek,
+    mark_whole,
+    marks_clear,
+    marks_of,
+    whole_asked,
+)
 from .replay import Verification, compare, verify_marking, verify_rows, verify_tail
 from .stored import Seal, seal, unseal
 from .verify import VERIFY_ATTEMPTS, chain_verify, revision_require, subject_revision
@@ -50,6 +60,7 @@ __all__ = [
     "CHECKPOINT_TABLE",
     "COMPARED",
     "EMPTY",
+    "MARK_TABLE",
     "OP_COLUMNS",
     "VERIFY_ATTEMPTS",
     "Head",
@@ -73,6 +84,7 @@ __all__ = [
     "mark_keep",
     "mark_peek",
     "mark_verified_through",
+    "mark_whole",
     "mark_wrote",
     "marks_clear",
     "marks_of",
@@ -85,4 +97,5 @@ __all__ = [
     "verify_marking",
     "verify_rows",
     "verify_tail",
+    "whole_asked",
 ]

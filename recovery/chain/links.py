@@ -237,6 +237,7 @@ def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
 
 
 _MARK = StoredMark._meta.db_table
+MARK_TABLE = _MARK
 
 
 def load_sealed(cursor, subject: Subject) -> tuple[Sequence[Any] | None, list, list]:

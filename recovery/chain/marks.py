@@ -62,6 +62,8 @@ class Mark:
 
 
 _marks: OrderedDict[tuple[str, str, int], Mark] = OrderedDict()
+_whole: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+"""The runs whose next verification must read the whole chain (:func:`mark_whole`)."""
 _lock = threading.Lock()
 
 
@@ -82,18 +84,38 @@ def mark_drop(fence) -> Mark | None:
 
 
 def mark_keep(fence, mark: Mark) -> None:
-    """Keep ``mark`` for the run holding ``fence``."""
+    """Keep ``mark`` for the run holding ``fence`` (a whole verification asked of it is
+    made: :func:`mark_whole`)."""
     with _lock:
         _marks[_slot(fence)] = mark
         _marks.move_to_end(_slot(fence))
+        _whole.pop(_slot(fence), None)
         while len(_marks) > LIMIT:
             _marks.popitem(last=False)
+
+
+def mark_whole(fence) -> None:
+    """Forget the mark of ``fence``, and ask its next verification to read the whole chain:
+    not from its subject's sealed mark either (ADR 0038, 0066), until a mark is kept."""
+    with _lock:
+        _marks.pop(_slot(fence), None)
+        _whole[_slot(fence)] = None
+        _whole.move_to_end(_slot(fence))
+        while len(_whole) > LIMIT:
+            _whole.popitem(last=False)
+
+
+def whole_asked(fence) -> bool:
+    """Whether :func:`mark_whole` asked the run holding ``fence`` for a whole verification."""
+    with _lock:
+        return _slot(fence) in _whole
 
 
 def marks_clear() -> None:
     """Forget every mark: the next success of every run verifies its chain whole."""
     with _lock:
         _marks.clear()
+        _whole.clear()
 
 
 def marks_of(subject: Subject) -> list[tuple[int, str]]:

@@ -76,14 +76,15 @@ def chain_verify_whole(*, subject: Subject, fence: Fence | None = None) -> None:
 
 def chain_mark_drop(*, fence: Fence) -> None:
     """Forget the verified mark of the run holding ``fence`` (ADR 0034): its next success
-    reads and verifies the whole chain, as a run's first success does.
+    reads and verifies the whole chain, not from the mark nor from its subject's seal
+    (ADR 0066).
 
     For an owner whose ending commit writes a success under ``fence``: that success is then
     the whole-chain verification of the ending (the same replay as
     :func:`chain_verify_whole`, without the decisions' stored results, which their
     approval verified), and costs no statement of its own.
     """
-    chain.mark_drop(fence)
+    chain.mark_whole(fence)
 
 
 @dataclass(frozen=True)

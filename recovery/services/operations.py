@@ -46,7 +46,7 @@ from .dispatch_write import _RECORDED, SETTLED_FOR_A_NEW_ATTEMPT, insert_recorde
 from .first_writes import FirstWrites
 from .leases import Fence
 from .lone import alone, observe_alone, record_alone
-from .stored_marks import sealed_head
+from .stored_marks import seal_wanted, sealed_head, sealed_success_reads
 
 __all__ = [
     "EffectOperation",
@@ -257,7 +257,9 @@ def _observe(key, state, fence, result_fp, input_fp, extra, projection_fp) -> Re
     with opening_incidents(), atomic(), connection.cursor() as cursor:
         since = marked_since(fence) if state in SUCCESS else None
         checkpoints = None
-        if state in SUCCESS:
+        if state in SUCCESS and since is None and one_call_steps() and seal_wanted(fence):
+            row, subject_rows, checkpoints, since = sealed_success_reads(cursor, key, fence)
+        elif state in SUCCESS:
             row, subject_rows, checkpoints = _success_reads(cursor, key, since)
         else:
             row, subject_rows = load_row(cursor, key), None

@@ -81,6 +81,7 @@ from .step_parts import (
     _remember,
     _tagged,
 )
+from .stored_marks import seal_wanted, sealed_success_reads
 
 __all__ = ["FirstWrites", "Observation", "RowWrite", "operation_observe_record"]
 
@@ -193,7 +194,11 @@ def _observation_prepared(cursor, observation: Observation):
     result = observation.result
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     since = marked_since(observation.fence) if state in SUCCESS else None
-    if state in SUCCESS:
+    if state in SUCCESS and since is None and seal_wanted(observation.fence):
+        row, subject_rows, checkpoints, since = sealed_success_reads(
+            cursor, observation.key, observation.fence
+        )
+    elif state in SUCCESS:
         row, subject_rows, checkpoints = _load_for_success(cursor, observation.key, since)
     else:
         row, subject_rows = load_row(cursor, observation.key), None

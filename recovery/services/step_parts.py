@@ -194,20 +194,26 @@ _CHECKPOINT_READ = (
 )
 
 
-def _load_for_success(cursor, key: str, since: int | None = None):
+def _load_for_success(cursor, key: str, since: int | None = None, *, sealed: bool = False):
     """The operation, its subject's operations and its subject's chain: one statement.
 
     What ``load_with_subject`` and ``load_checkpoints`` read for a success's verification,
     in one round trip: checkpoints first (in ``seq`` order), then operations, padded with
     NULLs to one row shape. With ``since`` (the run's verified mark, ADR 0034): the
     checkpoints from it on, the operations past it and the operation itself.
+
+    ``sealed`` (a run with no mark, ADR 0066): from the position of the subject's sealed
+    mark, whose row comes last (as ``chain.load_sealed`` returns it), or whole when the
+    subject has none. Returns the seal's row as a fourth value then (None: no seal).
     """
     mine = [f"k.{c}" for c in ROW]
     ops = [f"o.{c}" for c in chain.OP_COLUMNS]
     width = len(_CHECKPOINT_READ)
     nulls = ", ".join("NULL" for _ in range(len(ops) + len(mine)))
     blanks = ", ".join("NULL" for _ in range(width))
-    tail = "" if since is None else " AND c.seq >= %s"
+    # Without a seal, -1: every checkpoint and operation (both start at 0 or later).
+    start = "(SELECT coalesce(max(seq), -1) FROM sealed)" if sealed else "%s"
+    tail = "" if since is None and not sealed else f" AND c.seq >= {start}"
     sql = (
         f"SELECT 0 AS part, {', '.join(f'c.{c}' for c in _CHECKPOINT_READ)}, {nulls} "
         f"FROM {chain.CHECKPOINT_TABLE} c WHERE {subject_of('c')}{tail} "
@@ -215,15 +221,23 @@ def _load_for_success(cursor, key: str, since: int | None = None):
         f"FROM {OP_TABLE} o, {OP_TABLE} k WHERE {subject_of('o')} AND k.key = %s"
     )
     params = [key, key, key]
-    if since is not None:
+    if since is not None or sealed:
         # Past the mark by the (subject, chain_seq) index, and the operation itself: two
         # parts, so neither reads the subject's older operations.
         k_ops = [f"k.{c}" for c in chain.OP_COLUMNS]
         sql += (
-            f" AND o.chain_seq > %s UNION ALL SELECT 1, {blanks}, {', '.join(k_ops + mine)} "
-            f"FROM {OP_TABLE} k WHERE k.key = %s AND k.chain_seq <= %s"
+            f" AND o.chain_seq > {start} UNION ALL SELECT 1, {blanks}, "
+            f"{', '.join(k_ops + mine)} FROM {OP_TABLE} k WHERE k.key = %s "
+            f"AND k.chain_seq <= {start}"
         )
-        params = [key, since, key, key, since, key, since]
+        params = [key, key, key, key] if sealed else [key, since, key, key, since, key, since]
+    if sealed:
+        sql = (
+            f"WITH sealed AS (SELECT m.seq, m.link, m.ops, m.key_id, m.mac FROM "
+            f"{chain.MARK_TABLE} m WHERE {subject_of('m')}) {sql} UNION ALL SELECT 2, seq, "
+            f"NULL, ops, mac, NULL, link, key_id, NULL, {nulls} FROM sealed"
+        )
+        params = [key, *params]
     cursor.execute(f"{sql} ORDER BY 1, 2", params)
     rows = cursor.fetchall()
     checkpoints = [r[1 : 1 + width] for r in rows if r[0] == 0]
@@ -232,4 +246,7 @@ def _load_for_success(cursor, key: str, since: int | None = None):
     row = next((r for r in operations if r[0] == key), None)
     if row is None:
         raise OperationNotFound(f"No ledger operation has key {key!r}.")
-    return dict(zip(ROW, row[n:], strict=True)), [r[:n] for r in operations], checkpoints
+    found = dict(zip(ROW, row[n:], strict=True)), [r[:n] for r in operations], checkpoints
+    if sealed:
+        return *found, next((r[1 : 1 + width] for r in rows if r[0] == 2), None)
+    return found

@@ -3,7 +3,8 @@
 :func:`chain_mark_store` is called by the owner in the commit that ends a run whose
 subject goes on (an instance left waiting for a timer, a message or a person). The next
 run's first dispatch reads the seal with the chain (``chain.load_sealed``, one statement)
-and verifies only what follows it (:func:`sealed_head`).
+and verifies only what follows it (:func:`sealed_head`); a run whose first ledger write is
+a success (a poll's answer) verifies from the seal too (:func:`sealed_success_reads`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from ..subjects import Subject
 from ._ledger import Head, verified_head
 from .leases import Fence
 
-__all__ = ["STORE_AFTER", "chain_mark_store", "sealed_head"]
+__all__ = [
+    "STORE_AFTER",
+    "chain_mark_store",
+    "seal_wanted",
+    "sealed_head",
+    "sealed_success_reads",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +84,48 @@ def sealed_head(cursor, subject: Subject, fence: Fence) -> Head:
     row, checkpoints, operations = chain.load_sealed(cursor, subject)
     if row is None:  # no seal: the rows are the whole chain's
         return verified_head(cursor, subject, operations, checkpoints=checkpoints, fence=fence)
+    mark = _unsealed(subject, row, fence)
+    if mark is None:
+        return verified_head(cursor, subject, None, fence=fence)
+    return verified_head(
+        cursor, subject, operations, checkpoints=checkpoints, fence=fence, since=mark.seq
+    )
+
+
+def seal_wanted(fence: Fence) -> bool:
+    """Whether a success of the run holding ``fence`` reads its chain from its subject's
+    seal (ADR 0066 amended): the run has no mark (not even one at #0, a fresh chain it
+    wrote: ADR 0040) and its owner did not ask for a whole verification
+    (``chain_mark_drop``: the commit that ends an instance, ADR 0038)."""
+    return chain.mark_peek(fence) is None and not chain.whole_asked(fence)
+
+
+def sealed_success_reads(cursor, key: str, fence: Fence):
+    """A success's reads for a run with no mark (:func:`seal_wanted`), where a step is one
+    call (PostgreSQL): its run's first ledger write is this success, the answer of a poll.
+
+    One statement, as without a seal (``step_parts._load_for_success(sealed=True)``): the
+    operation, and its subject's chain and operations from the subject's sealed mark on,
+    or whole when it has none. A seal that holds is kept as the run's mark, and the success
+    verifies only what follows it, as after a mark of its own run (ADR 0034); one that
+    does not hold is ignored, with a warning, and the chain is read again whole. Returns
+    ``(row, subject rows, checkpoints, since)`` for ``verified_head``.
+    """
+    from .step_parts import _load_for_success  # step_parts builds on this package's modules
+
+    row, subject_rows, checkpoints, sealed = _load_for_success(cursor, key, sealed=True)
+    if sealed is None:  # no seal: the rows are the whole chain's
+        return row, subject_rows, checkpoints, None
+    mark = _unsealed(Subject(row["subject_type"], row["subject_id"]), sealed, fence)
+    if mark is None:
+        return row, None, None, None  # verified_head reads the whole chain
+    return row, subject_rows, checkpoints, mark.seq
+
+
+def _unsealed(subject: Subject, row, fence: Fence) -> chain.Mark | None:
+    """The mark a seal's ``row`` holds, kept as the run's; None, with a warning, when the
+    seal does not verify (not written with the chain key, another subject's, a retired
+    key): the whole chain is read and verified instead."""
     mark = chain.unseal(subject, chain.Seal.of_row(row))
     if mark is None:
         log.warning(
@@ -84,8 +133,6 @@ def sealed_head(cursor, subject: Subject, fence: Fence) -> Head:
             "and the whole chain is verified.",
             subject,
         )
-        return verified_head(cursor, subject, None, fence=fence)
+        return None
     chain.mark_keep(fence, mark)
-    return verified_head(
-        cursor, subject, operations, checkpoints=checkpoints, fence=fence, since=mark.seq
-    )
+    return mark

@@ -14,13 +14,17 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.db import connection
 
-from govflow.engine.models import Instance, InstanceStatus
+from govflow.engine.models import Instance, InstanceStatus, Token
+from govflow.engine.provider import Pending
 from govflow.engine.services.runtime import instance_run
 from recovery import api, chain
-from recovery.models import Checkpoint, IntegrityIncident, StoredMark
+from recovery.models import Checkpoint, IntegrityIncident, Operation, StoredMark
 from recovery.services import stored_marks
+from tests.engine_helpers import make_due
 from tests.flows import action, linear, start
+from tests.providers.alpha import effects
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -188,3 +192,89 @@ def test_a_break_before_the_seal_is_found_at_the_instances_end(reads):
     assert instance.status == InstanceStatus.BLOCKED
     incident = IntegrityIncident.objects.get(subject_id=str(instance.pk), status="open")
     assert incident.position == 2, incident.reason
+
+
+@pytest.fixture
+def whole_verifications(monkeypatch):
+    """How many times a chain was replayed whole (``chain.verify_marking``), and from a
+    mark (``chain.verify_tail``): a list of "whole" and "tail", in order."""
+    seen: list[str] = []
+    for name, kind in (("verify_marking", "whole"), ("verify_tail", "tail")):
+        real = getattr(chain, name)
+
+        def spied(*args, _real=real, _kind=kind, **kwargs):
+            seen.append(_kind)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(chain, name, spied)
+    return seen
+
+
+def pending_at(step: int) -> None:
+    """Step ``step`` of :func:`long_instance` answers ``Pending`` (its poll, a success)."""
+    effects.SCRIPT["alpha.write"] = [None] * (step - 1) + [Pending(poll_after=60)]
+
+
+def run_to_the_poll(instance: Instance, step: int) -> Token:
+    """Run until step ``step`` answered ``Pending``; then make its poll due."""
+    while run_once(instance).status == InstanceStatus.RUNNING:
+        pass
+    assert instance.status == InstanceStatus.WAITING, instance.reason
+    assert Operation.objects.get(subject_id=str(instance.pk), state="pending")
+    token = Token.objects.get(instance=instance, node_id=f"s{step}")
+    assert token.not_before is not None, token
+    make_due(token)
+    return token
+
+
+def test_a_run_that_begins_with_a_polls_success_verifies_from_the_seal(whole_verifications):
+    """ADR 0066 amended: a run whose first ledger write is a success (a polled step's
+    answer) has no mark of its own; on PostgreSQL it verifies from its subject's seal, read
+    in the success's own statement, not the whole chain, so a resumed poll's cost does not
+    grow with the instance. SQLite (in-process reads) still verifies such a run's first
+    success whole."""
+    pending_at(30)
+    instance = long_instance()
+    run_to_the_poll(instance, 30)
+    assert seal_of(instance).seq > 2 * EVERY
+    whole_verifications.clear()
+    run_once(instance)
+    first = "tail" if connection.vendor == "postgresql" else "whole"
+    assert whole_verifications[:1] == [first], whole_verifications
+    assert whole_verifications[1:] == ["tail"] * (len(whole_verifications) - 1)
+    assert Token.objects.get(instance=instance, node_id="s30").state == "completed"
+    assert api.chain_verify(subject_of(instance)).ok
+
+
+def test_a_polls_success_that_ends_the_instance_still_verifies_the_whole_chain(
+    whole_verifications,
+):
+    """The instance's end verifies its whole chain (ADR 0038), not from the seal: a
+    checkpoint before the seal changed while the step waited is found, and the end is
+    refused."""
+    pending_at(STEPS)
+    instance = long_instance()
+    run_to_the_poll(instance, STEPS)
+    assert seal_of(instance).seq > 2 * EVERY
+    tamper(instance, 2)
+    whole_verifications.clear()
+    assert run_once(instance).status == InstanceStatus.BLOCKED
+    assert whole_verifications == ["whole"], whole_verifications
+    incident = IntegrityIncident.objects.get(subject_id=str(instance.pk), status="open")
+    assert incident.position == 2, incident.reason
+
+
+def test_a_forged_seal_before_a_polls_success_is_ignored_and_the_chain_verified_whole(
+    whole_verifications, caplog
+):
+    pending_at(30)
+    instance = long_instance()
+    run_to_the_poll(instance, 30)
+    StoredMark.objects.filter(pk=seal_of(instance).pk).update(mac="0" * 64)
+    whole_verifications.clear()
+    with caplog.at_level(logging.WARNING, logger=stored_marks.__name__):
+        assert run_once(instance).status == InstanceStatus.RUNNING
+    assert whole_verifications[:1] == ["whole"], whole_verifications
+    assert ("does not verify" in caplog.text) == (connection.vendor == "postgresql")
+    assert not IntegrityIncident.objects.filter(subject_id=str(instance.pk)).exists()
+    assert Token.objects.get(instance=instance, node_id="s30").state == "completed"
