@@ -347,9 +347,10 @@ Q_CLUSTER = {
     "broker_class": "govflow.engine.broker.ClaimBroker",
     "guard_cycle": 0.5,
     # A worker process is replaced after this many tasks (django-q2's default is 500), or
-    # once its peak memory passes ``max_rss`` (KiB). Each task of ours is one instance
-    # run, and a replacement drains the process's runs, starts a new interpreter and opens
-    # new database sessions: at 500 runs that was every few seconds under load.
+    # once its peak memory passes ``max_rss`` (KiB). Each task of ours carries one instance
+    # run or a worker process's share of a dequeue's claims (ADR 0069), and a replacement
+    # drains the process's runs, starts a new interpreter and opens new database sessions:
+    # at 500 runs a task that was every few seconds under load.
     "recycle": env_int("GOVFLOW_Q_RECYCLE", 20_000, minimum=0),
     "max_rss": env_int("GOVFLOW_Q_MAX_RSS", 512 * 1024, minimum=0) or None,
     "label": "Task queue",
