@@ -206,7 +206,7 @@ def claims_per_task(claimed: int) -> int:
     if runs <= 1 or claimed <= 1:
         return 1
     workers = max(1, int(Conf.WORKERS or 1))
-    return max(1, min(runs, -(-claimed // workers)))
+    return min(runs, -(-claimed // workers))  # claimed > 1: at least 1
 
 
 def claim_batch() -> int:

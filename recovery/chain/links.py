@@ -238,6 +238,10 @@ def load_operations(cursor, subject: Subject) -> list[Sequence[Any]]:
 
 _MARK = StoredMark._meta.db_table
 MARK_TABLE = _MARK
+SEAL_AS_CHECKPOINT = "seq, NULL, ops, mac, NULL, link, key_id, NULL"
+"""A sealed mark's columns in a checkpoint row's places (``stored.Seal.of_row`` reads
+them): seq, (kind), ops as the fact, mac as its fingerprint, (prev), link, key id,
+(projection)."""
 
 
 def load_sealed(cursor, subject: Subject) -> tuple[Sequence[Any] | None, list, list]:
@@ -254,16 +258,14 @@ def load_sealed(cursor, subject: Subject) -> tuple[Sequence[Any] | None, list, l
     since = "(SELECT coalesce(max(seq), 0) FROM sealed)"
     still = ", ".join(f"'{state}'" for state in sorted(TERMINAL))
     # The seal is read once (a CTE read twice is computed once); it rides in the
-    # checkpoint columns: seq, (kind), ops as the fact, mac as the fact's fingerprint,
-    # (prev), link, key id, (projection).
+    # checkpoint columns (SEAL_AS_CHECKPOINT).
     cursor.execute(
         f"WITH sealed AS (SELECT seq, link, ops, key_id, mac FROM {_MARK} {where}) "
         f"SELECT 0, {_READ}, {', '.join(['NULL'] * ops)} FROM {_CP} {where} "
         f"AND seq >= {since} UNION ALL "
         f"SELECT 1, {', '.join(['NULL'] * width)}, {', '.join(OP_COLUMNS)} FROM {_OP} {where} "
         f"AND (chain_seq > {since} OR state NOT IN ({still})) UNION ALL "
-        f"SELECT 2, seq, NULL, ops, mac, NULL, link, key_id, NULL, {', '.join(['NULL'] * ops)} "
-        "FROM sealed ORDER BY 1, 2",
+        f"SELECT 2, {SEAL_AS_CHECKPOINT}, {', '.join(['NULL'] * ops)} FROM sealed ORDER BY 1, 2",
         [subject.type, subject.id] * 3,
     )
     rows = cursor.fetchall()

@@ -257,10 +257,8 @@ def _observe(key, state, fence, result_fp, input_fp, extra, projection_fp) -> Re
     with opening_incidents(), atomic(), connection.cursor() as cursor:
         since = marked_since(fence) if state in SUCCESS else None
         checkpoints = None
-        if state in SUCCESS and since is None and one_call_steps() and seal_wanted(fence):
-            row, subject_rows, checkpoints, since = sealed_success_reads(cursor, key, fence)
-        elif state in SUCCESS:
-            row, subject_rows, checkpoints = _success_reads(cursor, key, since)
+        if state in SUCCESS:
+            row, subject_rows, checkpoints, since = _success_reads(cursor, key, fence, since)
         else:
             row, subject_rows = load_row(cursor, key), None
         subject = Subject(row["subject_type"], row["subject_id"])
@@ -287,19 +285,23 @@ def _observe(key, state, fence, result_fp, input_fp, extra, projection_fp) -> Re
         )
 
 
-def _success_reads(cursor, key: str, since: int | None = None):
+def _success_reads(cursor, key: str, fence: Fence, since: int | None):
     """What a success verifies: the operation, its subject's operations, and its chain
     (None: ``verified_head`` reads it) — one statement where a step is one call (ADR 0035),
     else the operations here and the chain in ``verified_head``. With ``since`` (the run's
-    verified mark, ADR 0034) only the tail after it."""
+    verified mark, ADR 0034) only the tail after it; where a step is one call and the run
+    has no mark, from its subject's seal (ADR 0070). Returns the rows and the position
+    ``verified_head`` verifies from (``since``, or the seal's)."""
     if one_call_steps():
+        if since is None and seal_wanted(fence):
+            return sealed_success_reads(cursor, key, fence)
         # The one-call step's own read (ADR 0031), shared; imported here because
         # step_call builds on this module.
         from .step_parts import _load_for_success
 
-        return _load_for_success(cursor, key, since)
+        return (*_load_for_success(cursor, key, since), since)
     row, subject_rows = load_with_subject(cursor, key, since=since)
-    return row, subject_rows, None
+    return row, subject_rows, None, since
 
 
 def _unchanged(row: dict[str, Any]) -> RecordedOperation:

@@ -70,18 +70,16 @@ from ._ledger import (
 from .first_writes import FirstWrites, RowWrite
 from .leases import Fence
 from .lone import json_text, tail_framed
-from .operations import _unchanged, operation_observe, operation_record
+from .operations import _success_reads, _unchanged, operation_observe, operation_record
 from .step_parts import (
     _execute,
     _explained,
-    _load_for_success,
     _next_prepared,
     _observed_fact,
     _recorded_arguments,
     _remember,
     _tagged,
 )
-from .stored_marks import seal_wanted, sealed_success_reads
 
 __all__ = ["FirstWrites", "Observation", "RowWrite", "operation_observe_record"]
 
@@ -194,12 +192,10 @@ def _observation_prepared(cursor, observation: Observation):
     result = observation.result
     result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
     since = marked_since(observation.fence) if state in SUCCESS else None
-    if state in SUCCESS and since is None and seal_wanted(observation.fence):
-        row, subject_rows, checkpoints, since = sealed_success_reads(
-            cursor, observation.key, observation.fence
+    if state in SUCCESS:
+        row, subject_rows, checkpoints, since = _success_reads(
+            cursor, observation.key, observation.fence, since
         )
-    elif state in SUCCESS:
-        row, subject_rows, checkpoints = _load_for_success(cursor, observation.key, since)
     else:
         row, subject_rows = load_row(cursor, observation.key), None
     subject = Subject(row["subject_type"], row["subject_id"])

@@ -234,8 +234,8 @@ def _load_for_success(cursor, key: str, since: int | None = None, *, sealed: boo
     if sealed:
         sql = (
             f"WITH sealed AS (SELECT m.seq, m.link, m.ops, m.key_id, m.mac FROM "
-            f"{chain.MARK_TABLE} m WHERE {subject_of('m')}) {sql} UNION ALL SELECT 2, seq, "
-            f"NULL, ops, mac, NULL, link, key_id, NULL, {nulls} FROM sealed"
+            f"{chain.MARK_TABLE} m WHERE {subject_of('m')}) {sql} UNION ALL SELECT 2, "
+            f"{chain.SEAL_AS_CHECKPOINT}, {nulls} FROM sealed"
         )
         params = [key, *params]
     cursor.execute(f"{sql} ORDER BY 1, 2", params)
