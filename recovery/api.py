@@ -64,6 +64,7 @@ from .evidence import max_bytes as evidence_max_bytes
 from .evidence import max_total_bytes as evidence_max_total_bytes
 from .forms import MultipleFileField
 from .jsontext import parse_json
+from .kept import default_db, kept_setting
 from .keys import idempotency_key, operation_key
 from .models import ObservationKind
 from .projections import (
@@ -307,6 +308,7 @@ __all__ = [
     "decisions_of",
     "decisions_open_of",
     "decisions_requested",
+    "default_db",
     "dialect",
     "dialect_of",
     "evidence_attach",
@@ -340,6 +342,7 @@ __all__ = [
     "insert_row",
     "insert_statement",
     "joined",
+    "kept_setting",
     "lease_acquire",
     "lease_current",
     "lease_expire",

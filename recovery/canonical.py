@@ -73,9 +73,9 @@ _PREFIX = {kind: f"recovery:v1:{kind.value}\x00".encode() for kind in Fingerprin
 
 def input_max_depth() -> int:
     """``RECOVERY_INPUT_MAX_DEPTH`` (default 64), read when asked, never above the encoder's."""
-    from django.conf import settings
+    from .kept import kept_setting
 
-    depth = int(getattr(settings, "RECOVERY_INPUT_MAX_DEPTH", DEFAULT_INPUT_MAX_DEPTH))
+    depth = int(kept_setting("RECOVERY_INPUT_MAX_DEPTH", DEFAULT_INPUT_MAX_DEPTH))
     return max(1, min(depth, ENCODER_MAX_DEPTH))
 
 

@@ -14,14 +14,19 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.core.signals import setting_changed
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
+
+from .kept import default_db
 
 GENESIS_LINK = "0" * 64
 
 
 @dataclass(frozen=True)
 class Dialect:
+    vendor: str
+    """Django's name of the database (``connection.vendor``)."""
+
     now: str
     """The database clock, read when the statement runs (not when the transaction began)."""
 
@@ -52,6 +57,7 @@ class Dialect:
 
 
 _POSTGRES = Dialect(
+    vendor="postgresql",
     now="clock_timestamp()",
     plus_seconds="(clock_timestamp() + %s * interval '1 second')",
     share_lock="FOR SHARE",
@@ -60,6 +66,7 @@ _POSTGRES = Dialect(
     step_call=True,
 )
 _SQLITE = Dialect(
+    vendor="sqlite",
     now="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
     plus_seconds="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)",
     share_lock="",
@@ -121,7 +128,7 @@ def untouched() -> bool:
     """
     if not lone_calls():
         return False
-    db = connections[DEFAULT_DB_ALIAS]
+    db = default_db()
     raw = db.connection
     if not db.in_atomic_block or raw is None or db.needs_rollback:
         return False
@@ -140,7 +147,7 @@ def sent_alone() -> Iterator[None]:
     not three. The statement is all or nothing by itself; if it fails, nothing of it was
     written and the caller's transaction is still untouched.
     """
-    db = connections[DEFAULT_DB_ALIAS]
+    db = default_db()
     raw = db.connection
     raw.autocommit = True
     try:
@@ -153,19 +160,15 @@ def sent_alone() -> Iterator[None]:
 
 
 _DIALECTS: dict[str, Dialect] = {}
+setting_changed.connect(lambda **kwargs: _DIALECTS.clear(), weak=False)
 
 
 def dialect() -> Dialect:
-    """The fragments for the default database, where the ledger lives.
-
-    Kept per database engine setting: every ledger statement asks, and asking the
-    connection goes through Django's thread-local connection proxy each time (a few µs, a
-    dozen times per lifecycle), although the default database's engine never changes
-    while the process runs."""
-    engine = settings.DATABASES[DEFAULT_DB_ALIAS]["ENGINE"]
-    found = _DIALECTS.get(engine)
+    """The fragments for the default database, where the ledger lives: kept until a
+    setting changes, as every ledger statement asks (a dozen times per step)."""
+    found = _DIALECTS.get(DEFAULT_DB_ALIAS)
     if found is None:
-        found = _DIALECTS[engine] = dialect_of(connection)
+        found = _DIALECTS[DEFAULT_DB_ALIAS] = dialect_of(default_db())
     return found
 
 
@@ -193,7 +196,7 @@ def joined() -> Iterator[None]:
     its whole transaction on any error anyway (the engine's step commits) saves those
     SAVEPOINT/RELEASE round trips with this block. Needs an open transaction.
     """
-    if not connection.in_atomic_block:
+    if not default_db().in_atomic_block:
         raise RuntimeError("recovery.api.joined() needs an open transaction.")
     token = _JOINED.set(True)
     try:
@@ -263,7 +266,7 @@ def insert_statement(obj) -> tuple[str, list[object]]:
     )
     # The connection itself, looked up once: each field asks it several questions per
     # value, and through the ``connection`` proxy each is a thread-local look-up.
-    db = connections[DEFAULT_DB_ALIAS]
+    db = default_db()
     params = [
         save(value, db)
         for save, value, kind in zip(_model_savers(type(obj)), values, shape, strict=True)
@@ -281,7 +284,7 @@ def insert_row(obj) -> object:
     shape (which values are ``Now()``).
     """
     sql, params = insert_statement(obj)
-    db = connections[DEFAULT_DB_ALIAS]
+    db = default_db()
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         obj.pk = cursor.fetchone()[0]
@@ -325,7 +328,7 @@ def rows_as(model, rows: Iterable[Sequence], extras: Sequence[str] = ()) -> list
     query and column map at every call. Each extra column is set as the attribute named
     in ``extras``, unconverted.
     """
-    db = connections[DEFAULT_DB_ALIAS]  # looked up once, not once per column and value
+    db = default_db()  # looked up once, not once per column and value
     fields = model._meta.concrete_fields
     names = [field.attname for field in fields]
     cols = [field.get_col(model._meta.db_table) for field in fields]

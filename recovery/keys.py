@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 
 from blake3 import blake3
-from django.conf import settings
 
 from .canonical import FingerprintKind, canonical_bytes, fingerprint
 from .errors import ChainKeyError, EmptyNonce, RecoveryValidationError
+from .kept import kept_setting
 
 __all__ = ["ChainKeys", "chain_keys", "idempotency_key", "operation_key"]
 
@@ -132,4 +132,4 @@ def _cached(raw: str, secret_key: str) -> ChainKeys:
 
 def chain_keys() -> ChainKeys:
     """Return the chain keys from settings (read lazily, so tests can override them)."""
-    return _cached(getattr(settings, "RECOVERY_CHAIN_KEYS", ""), settings.SECRET_KEY)
+    return _cached(kept_setting("RECOVERY_CHAIN_KEYS", ""), kept_setting("SECRET_KEY"))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from recovery.api import kept_setting
+
 __all__ = [
     "SETTINGS",
     "Setting",
@@ -55,7 +57,8 @@ class Setting:
     value."""
 
     def value(self) -> int | float:
-        return self.type(getattr(settings, self.name, self.default))
+        # Read once until a setting changes (``kept_setting``): a step asks several.
+        return self.type(kept_setting(self.name, self.default))
 
     def shown_default(self) -> str:
         if self.shown:

@@ -20,6 +20,7 @@ into a join, by a function whose value changes while the statement runs.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from django.db import connection as default_connection
 from django.db import connections, transaction
 from django.db.models.functions import Now
 
-from recovery.api import Dialect, atomic, dialect_of, joined
+from recovery.api import Dialect, atomic, dialect, dialect_of, joined
 
 __all__ = [
     "Clock",
@@ -131,10 +132,16 @@ _SQLITE = dict(
 
 
 def engine_dialect(connection=None) -> EngineDialect:
-    """The fragments for ``connection`` (the default database unless given)."""
-    connection = connection or default_connection
-    extra = _POSTGRES if connection.vendor == "postgresql" else _SQLITE
-    return EngineDialect(base=dialect_of(connection), **extra)
+    """The fragments for ``connection`` (the default database unless given: recovery's
+    dialect, kept until a setting changes, so that a step's asking costs no look-up of the
+    thread's connection)."""
+    return _engine_dialect(dialect() if connection is None else dialect_of(connection))
+
+
+@functools.cache
+def _engine_dialect(base: Dialect) -> EngineDialect:
+    extra = _POSTGRES if base.vendor == "postgresql" else _SQLITE
+    return EngineDialect(base=base, **extra)
 
 
 class Clock(Now):
@@ -174,7 +181,7 @@ def one_of(column: str, values: Sequence[str]) -> tuple[str, list[str]]:
     instance's steps in those states — it did on tables whose statistics were taken when
     they were small, once per run: a cost that grew with the backlog (ADR 0065).
     """
-    expected = dialect_of(default_connection).expected
+    expected = dialect().expected
     return "(" + " OR ".join(f"{column} {expected} %s" for _ in values) + ")", list(values)
 
 

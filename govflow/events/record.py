@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models.functions import Now
 
-from recovery.api import dialect, insert_row
+from recovery.api import default_db, dialect, insert_row
 
 from .models import Event, EventCounter, EventType
 
@@ -81,7 +81,7 @@ def _insert_numbered(event: Event) -> None:
 
 
 def _numbered_params(event: Event, db=None) -> list[object]:
-    db = db or connections[DEFAULT_DB_ALIAS]  # once: the fields ask it per value
+    db = db or default_db()  # once: the fields ask it per value
     params: list[object] = [event.instance_id]
     params += [
         field.get_db_prep_save(getattr(event, field.attname), db) for field in _event_fields()

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 
 from .. import chain
 from ..chain import Head
@@ -26,6 +26,7 @@ from ..errors import (
     OperationNotFound,
     StaleFence,
 )
+from ..kept import default_db
 from ..models import IntegrityIncident, Operation
 from ..states import TERMINAL, TRANSITIONS, OperationState, can_transition
 from ..subjects import Subject
@@ -358,7 +359,7 @@ def opening_incidents():
     the caller holds an outer transaction, that caller must open it (``incident_open``)
     after its own rollback: nothing written inside a rolled-back transaction survives.
     """
-    outermost = not connection.in_atomic_block
+    outermost = not default_db().in_atomic_block
     try:
         yield
     except ChainBroken as exc:

@@ -23,13 +23,14 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import connection
 from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from ..db import atomic, dialect, field_saver
 from ..errors import LeaseHeld, RecoveryValidationError, StaleFence
+from ..kept import default_db
 from ..models import Lease
 
 __all__ = [
@@ -227,7 +228,7 @@ def lease_release(
     if parts:
         released = f"released AS ({sql} RETURNING 1)"
         sql = f"WITH {', '.join([*parts, released])} SELECT count(*) FROM released"
-    with atomic(), connection.cursor() as cursor:
+    with atomic(), default_db().cursor() as cursor:
         cursor.execute(sql, [*params, fence.key, fence.holder, fence.fence])
         if (cursor.fetchone()[0] if parts else cursor.rowcount) != 1:
             raise _stale(fence, "release the lease")
@@ -310,7 +311,7 @@ def fenced_row_sql(
     """
     # The connection itself, looked up once: Django's field code asks the connection
     # several questions per value, each a thread-local look-up through the proxy.
-    db = connections[DEFAULT_DB_ALIAS]
+    db = default_db()
     shape = tuple((name, isinstance(value, Now)) for name, value in values.items())
     sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), db.vendor)
     params = [

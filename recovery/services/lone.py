@@ -38,11 +38,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections
+from django.db import IntegrityError, connection
 
 from .. import chain
 from ..chain import Head
 from ..db import lone_calls
+from ..kept import default_db
 from ..states import can_transition
 from ..subjects import LEDGER_WATERMARK, Subject
 from ._ledger import RecordedOperation
@@ -55,7 +56,7 @@ def alone() -> bool:
     path (not inside ``multi_statement`` or ``transactions_only``), outside any transaction."""
     if not lone_calls():
         return False
-    db = connections[DEFAULT_DB_ALIAS]  # one look-up through the thread-local proxy, not two
+    db = default_db()
     return not db.in_atomic_block and db.get_autocommit()
 
 

@@ -25,6 +25,7 @@ from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
 from ..db import atomic, one_call_steps
 from ..errors import RecoveryValidationError
+from ..kept import default_db
 from ..keys import operation_key
 from ..states import INITIAL, OBSERVABLE, RECOVERY_MODES, OperationState, RecoveryMode
 from ..subjects import Subject
@@ -125,7 +126,7 @@ def operation_record(
         )  # fmt: skip
         if done is not None:
             return done
-    with atomic(), connection.cursor() as cursor:
+    with atomic(), default_db().cursor() as cursor:
         head, mark = _head(cursor, subject, fence, follow and not outermost)
         checkpoint = chain.prepare(subject, head, "operation.recorded", fact, projection_fp)
         insert_recorded(
@@ -254,7 +255,7 @@ def operation_observe(
 
 def _observe(key, state, fence, result_fp, input_fp, extra, projection_fp) -> RecordedOperation:
     """:func:`operation_observe` in a transaction: read, check, verify a success, write."""
-    with opening_incidents(), atomic(), connection.cursor() as cursor:
+    with opening_incidents(), atomic(), default_db().cursor() as cursor:
         since = marked_since(fence) if state in SUCCESS else None
         checkpoints = None
         if state in SUCCESS:
@@ -326,7 +327,7 @@ def operation_check_input(*, key: str, input: Any) -> None:
 
 def operation_dispatch(*, key: str, fence: Fence) -> RecordedOperation:
     """Move a ``prepared`` operation across the dispatch boundary (its own commit)."""
-    with atomic(), connection.cursor() as cursor:
+    with atomic(), default_db().cursor() as cursor:
         row = load_row(cursor, key)
         if not check_target(row, S.DISPATCHED, ""):
             require_live(cursor, row, fence)

@@ -47,13 +47,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-
 from .. import chain
 from ..canonical import FingerprintKind, fingerprint_value
 from ..chain import Head
 from ..db import atomic, one_call_steps, untouched
 from ..errors import RecoveryError, RecoveryValidationError
+from ..kept import default_db
 from ..states import OBSERVABLE, can_transition
 from ..subjects import Subject
 from ._ledger import (
@@ -132,7 +131,7 @@ def operation_observe_record(
     joinable = record["fence"] == observation.fence and not record.get("compensation")
     if not (one_call_steps() and joinable):
         return _separately(observation, record, projection_fp, first)
-    with opening_incidents(), atomic(), connection.cursor() as cursor:
+    with opening_incidents(), atomic(), default_db().cursor() as cursor:
         known = _tail_known(observation, record)
         if known is not None:
             alone = last and untouched()

@@ -5,13 +5,14 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 
 from recovery.api import (
     FingerprintKind,
     LeaseHeld,
     LedgerDisagrees,
     Verification,
+    default_db,
     fingerprint_value,
     incident_open,
     insert_row,
@@ -140,8 +141,9 @@ def _start_in_one_statement(
         instance, definition=definition.key, version=definition.version
     )
     sql = f"WITH {', '.join([*parts, *event])} SELECT count(*) FROM event"
-    outermost = not connection.in_atomic_block  # a caller's transaction would go on
-    with engine_commit(), connection.cursor() as cursor:
+    db = default_db()
+    outermost = not db.in_atomic_block  # a caller's transaction would go on
+    with engine_commit(), db.cursor() as cursor:
         try:
             with sent_alone() if outermost and untouched() else nullcontext():
                 cursor.execute(sql, [*params, *event_params])
@@ -152,7 +154,7 @@ def _start_in_one_statement(
             raise conflict from exc
     for row in (instance, start):
         row._state.adding = False
-        row._state.db = connection.alias
+        row._state.db = db.alias
     return instance
 
 

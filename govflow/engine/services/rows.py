@@ -25,9 +25,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS
 
-from recovery.api import Fence, RowWrite, dialect, insert_statement, lease_require_live
+from recovery.api import (
+    Fence,
+    RowWrite,
+    default_db,
+    dialect,
+    insert_statement,
+    lease_require_live,
+)
 
 from ..models import Token
 
@@ -117,7 +124,7 @@ class StepRows:
         if self.token is not None:
             self.token.pk = moved[-1]
             self.token._state.adding = False
-            self.token._state.db = connection.alias
+            self.token._state.db = DEFAULT_DB_ALIAS  # the engine writes only there
             self.active.pop(unsaved_key(self.token), None)
             self.active[self.token.pk] = self.token
         if count is None:
@@ -126,7 +133,7 @@ class StepRows:
     def write(self, fence: Fence) -> None:
         """Send the parts as one statement of their own (needs the caller's transaction)."""
         parts, params, results, _ = self.parts(fence)
-        with connection.cursor() as cursor:
+        with default_db().cursor() as cursor:
             cursor.execute(f"WITH {', '.join(parts)} SELECT {', '.join(results)}", params)
             values = cursor.fetchone()
         self.took(fence, values)
