@@ -25,6 +25,7 @@ from typing import Any
 from blake3 import blake3
 
 from .errors import CanonicalError
+from .json_paths import format_path
 
 __all__ = [
     "ENCODER_MAX_DEPTH",
@@ -72,7 +73,8 @@ _PREFIX = {kind: f"recovery:v1:{kind.value}\x00".encode() for kind in Fingerprin
 
 
 def input_max_depth() -> int:
-    """``RECOVERY_INPUT_MAX_DEPTH`` (default 64), read when asked, never above the encoder's."""
+    """``RECOVERY_INPUT_MAX_DEPTH`` (default 64, kept until a setting changes), never above
+    the encoder's."""
     from .kept import kept_setting
 
     depth = int(kept_setting("RECOVERY_INPUT_MAX_DEPTH", DEFAULT_INPUT_MAX_DEPTH))
@@ -83,42 +85,6 @@ def input_max_depth() -> int:
 
 # A path is built only when an error needs it: the walk keeps (parent, label) pairs.
 Path = tuple[Any, "str | int"] | None
-_PLAIN_KEY_STOP = frozenset(".[]\"\\' ")
-_KEY_SHOWN = 60
-
-
-def _show_key(key: str) -> str:
-    """A key as it appears in a path: ``.name``, or ``["…"]`` when that would mislead.
-
-    Keys with separators, spaces, control characters or lone surrogates are quoted with
-    JSON-style escapes, so a message can always be printed and shown on a web page.
-    """
-    short = key if len(key) <= _KEY_SHOWN else key[:_KEY_SHOWN] + "…"
-    if key and short.isprintable() and not _PLAIN_KEY_STOP.intersection(short):
-        return f".{short}"
-    escaped = "".join(
-        c
-        if c.isprintable() and c not in '"\\'
-        else {'"': '\\"', "\\": "\\\\"}.get(c, f"\\u{ord(c):04x}")
-        for c in short
-    )
-    return f'["{escaped}"]'
-
-
-_PATH_SHOWN = 16
-
-
-def format_path(labels) -> str:
-    """``$`` followed by ``.key``/``["key"]`` and ``[index]`` for each label in order.
-
-    A path longer than 16 steps shows its first and last eight, with the number left out.
-    """
-    labels = list(labels)
-    parts = [f"[{label}]" if type(label) is int else _show_key(label) for label in labels]
-    if len(parts) > _PATH_SHOWN:
-        half = _PATH_SHOWN // 2
-        parts[half:-half] = [f"…({len(parts) - 2 * half} levels)…"]
-    return "$" + "".join(parts)
 
 
 def _path(node: Path) -> str:
@@ -317,13 +283,25 @@ def _encode(value: Any) -> bytes:
 # -- public -----------------------------------------------------------------------------
 
 
-def canonical_bytes(value: Any) -> bytes:
+def canonical_bytes(value: Any, *, admitted: bool = False) -> bytes:
     """Return the canonical JSON bytes of ``value``.
 
     Raises :class:`~recovery.errors.CanonicalError` naming the offending path for NaN,
     infinity, non-string keys, lone surrogates, bytes, sets and every other non-JSON
     value, and for nesting deeper than :data:`ENCODER_MAX_DEPTH`.
+
+    ``admitted``: the value holds only what was admitted as JSON before (by
+    :func:`input_guard`, or read back from JSON), so the walk that finds the offending
+    path is made only if the encoding fails, to raise the same error. What the encoding
+    alone lets through is then not refused: an object key that is an integer, a float, a
+    bool or None, and a subclass of ``str``, ``int`` or ``float`` (an enum member), each
+    written as ``json.dumps`` and the database write it.
     """
+    if admitted:
+        try:
+            return _encode(value)
+        except (TypeError, ValueError, RecursionError):
+            pass
     _walk(value, max_depth=ENCODER_MAX_DEPTH, strict=False, max_bytes=None)
     return _encode(value)
 

@@ -16,8 +16,9 @@ import json
 import re
 from typing import Any
 
-from .canonical import format_path, input_max_depth, too_deep
+from .canonical import input_max_depth, too_deep
 from .errors import CanonicalError
+from .json_paths import format_path
 
 __all__ = ["parse_json"]
 

@@ -36,7 +36,8 @@ def _parts(definition_fp: str, step_id: str, action: str, input_fp: str, nonce: 
     ):
         if not isinstance(value, str) or not value:
             raise RecoveryValidationError(f"{name} must be a non-empty string.")
-    return canonical_bytes([definition_fp, step_id, action, input_fp, nonce])
+    # Strings, checked above: the walk would find nothing the encoding does not.
+    return canonical_bytes([definition_fp, step_id, action, input_fp, nonce], admitted=True)
 
 
 def operation_key(
@@ -131,5 +132,6 @@ def _cached(raw: str, secret_key: str) -> ChainKeys:
 
 
 def chain_keys() -> ChainKeys:
-    """Return the chain keys from settings (read lazily, so tests can override them)."""
+    """Return the chain keys from settings (kept until a setting changes, so tests can
+    override them)."""
     return _cached(kept_setting("RECOVERY_CHAIN_KEYS", ""), kept_setting("SECRET_KEY"))

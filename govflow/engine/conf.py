@@ -1,10 +1,11 @@
 """Every ``GOVFLOW_*`` setting of the engine: its default, type, unit and meaning, read lazily.
 
 One table, so a default lives in one place: the accessors below read ``django.conf.settings``
-when called (never at import time), fall back to the default here, and convert to the
-setting's type. ``checks.check_settings`` refuses values of the wrong type or out of range,
-and the settings table of ``docs/deployment.md`` is generated from :data:`SETTINGS`
-(:func:`settings_table`; a test keeps the two equal).
+when first called (never at import time; kept until a setting changes, ADR 0071), fall
+back to the default here, and convert to the setting's type. ``checks.check_settings``
+refuses values of the wrong type or out of range, and the settings table of
+``docs/deployment.md`` is generated from :data:`SETTINGS` (:func:`settings_table`; a test
+keeps the two equal).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class Setting:
     value."""
 
     def value(self) -> int | float:
-        # Read once until a setting changes (``kept_setting``): a step asks several.
         return self.type(kept_setting(self.name, self.default))
 
     def shown_default(self) -> str:

@@ -106,10 +106,11 @@ class Projector:
     becomes variables). :data:`CHECKED` proves it under the tests.
     """
 
-    __slots__ = ("_data", "_fp", "_head", "_of", "_tail")
+    __slots__ = ("_data", "_fp", "_head", "_head_of", "_of", "_tail")
 
     def __init__(self) -> None:
         self._of: tuple[Any, ...] = ()
+        self._head_of: tuple[Any, ...] = ()
         self._head = self._tail = self._data = b""
         self._fp = ""
 
@@ -137,14 +138,21 @@ class Projector:
 
     def _instance_part(self, instance: Instance) -> None:
         # '{"access":…,"definition":…}' and '{"tenant":…,"variables":…}': the members
-        # before and after "steps", each object's own canonical bytes.
-        head = {
-            "access": instance.access or {},
-            "definition": [instance.definition_id, instance.definition_fp],
-        }
+        # before and after "steps", each object's own canonical bytes. The first changes
+        # only with the access context (kept by identity: a run replaces it, never edits
+        # it), the second with every output.
+        head_of = self._head_of
+        if not (head_of and head_of[0] is instance and head_of[1] is instance.access):
+            head = {
+                "access": instance.access or {},
+                "definition": [instance.definition_id, instance.definition_fp],
+            }
+            self._head = canonical_bytes(head)[:-1] + b',"steps":'
+            self._head_of = (instance, instance.access)
         tail = {"tenant": instance.tenant, "variables": instance.variables}
-        self._head = canonical_bytes(head)[:-1] + b',"steps":'
-        self._tail = b"," + canonical_bytes(tail)[1:]
+        # The variables were admitted as JSON before they became variables (input_guard,
+        # or read from the database): no walk in front of the encoding.
+        self._tail = b"," + canonical_bytes(tail, admitted=True)[1:]
 
 
 # The canonical encoding's own options (``recovery.canonical``): for the steps' rows,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from blake3 import blake3
 from django.db import IntegrityError
 
-from ..canonical import FingerprintKind, canonical_bytes, fingerprint
+from ..canonical import FingerprintKind, canonical_bytes, canonical_bytes_of_parsed, fingerprint
 from ..db import GENESIS_LINK, dialect
 from ..errors import ChainConflict
 from ..keys import chain_keys
@@ -58,12 +57,11 @@ def compute_link(
     key: bytes, subject: Subject, seq: int, kind: str, fact_fp: str, prev_link: str
 ) -> str:
     # The canonical bytes of [type, id, seq, kind, fact_fp, prev_link], written directly:
-    # every element is a str or an int, so there is nothing for canonical_bytes to check.
-    data = json.dumps(
-        [str(subject.type), str(subject.id), int(seq), str(kind), str(fact_fp), str(prev_link)],
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode("utf-8")
+    # every element is a str or an int, so there is nothing for canonical_bytes to check
+    # (a lone surrogate still fails the UTF-8 encoding).
+    data = canonical_bytes_of_parsed(
+        [str(subject.type), str(subject.id), int(seq), str(kind), str(fact_fp), str(prev_link)]
+    )
     return blake3(data, key=key).hexdigest()
 
 

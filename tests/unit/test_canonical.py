@@ -356,3 +356,23 @@ def test_a_stored_record_reads_back_only_as_the_canonical_object_it_was_written_
     data = text.encode()
     assert canonical_object(text, data) == read
     assert canonical_object(data, data) == read
+
+
+@given(json_values)
+def test_an_admitted_value_has_the_same_bytes_without_the_walk(value):
+    assert canonical_bytes(value, admitted=True) == canonical_bytes(value)
+
+
+@pytest.mark.parametrize(("bad", "problem"), [p for p in REJECTED if p.id != "str-subclass"])
+def test_an_admitted_value_that_is_not_json_is_refused_with_the_same_error(bad, problem):
+    value = {"a": [0, {"b": bad, "c": 1}], "z": "fine"}
+    with pytest.raises(CanonicalError) as caught:
+        canonical_bytes(value, admitted=True)
+    assert caught.value.path == "$.a[1].b"
+    assert problem in caught.value.problem
+
+
+def test_an_admitted_value_is_written_as_the_database_would_store_it():
+    # What only the walk refuses: a key that is not a string, a subclass of str.
+    assert canonical_bytes({1: Colour.RED}, admitted=True) == b'{"1":"red"}'
+    assert canonical_bytes({"1": "red"}) == b'{"1":"red"}'
