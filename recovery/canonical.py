@@ -369,6 +369,7 @@ def fingerprint_hasher(kind: FingerprintKind) -> blake3:
     return blake3(_PREFIX[kind])
 
 
-def fingerprint_value(kind: FingerprintKind, value: Any) -> str:
-    """Return the fingerprint of the canonical bytes of ``value``."""
-    return fingerprint(kind, canonical_bytes(value))
+def fingerprint_value(kind: FingerprintKind, value: Any, *, admitted: bool = False) -> str:
+    """Return the fingerprint of the canonical bytes of ``value`` (``admitted``: as for
+    :func:`canonical_bytes`)."""
+    return fingerprint(kind, canonical_bytes(value, admitted=admitted))

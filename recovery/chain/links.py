@@ -128,7 +128,9 @@ def prepare(
         fact = {**fact, "projection": projection_fp}
     keys = chain_keys()
     key = keys.keys[keys.active_id]
-    fact_bytes = canonical_bytes(fact)
+    # A fact is made by the ledger from what it admitted (fingerprints, states, checked
+    # texts): a value that is not JSON still fails the encoding, with the walk's error.
+    fact_bytes = canonical_bytes(fact, admitted=True)
     fact_fp = fingerprint(FingerprintKind.FACT, fact_bytes)
     seq = head.seq + 1
     link = compute_link(key, subject, seq, kind, fact_fp, head.link)

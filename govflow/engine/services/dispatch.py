@@ -204,7 +204,7 @@ def prepare(run: Run, token: Token, node: Mapping[str, Any], action: ActionDefin
         )
     input_value = _checked_input(token, node, action, run)
     try:
-        input_bytes = canonical_bytes(input_value)
+        input_bytes = canonical_bytes(input_value, admitted=True)  # from admitted JSON
         preview = action.preview(input_value)
         preview_bytes = canonical_bytes(preview)
     except CanonicalError as exc:
@@ -297,8 +297,8 @@ def plan_action(run: Run, token: Token, node: Mapping[str, Any]) -> Plan:
         definition_fp=definition_fp,
         input_fp=input_fp,
         preview_fp=fingerprint(FingerprintKind.PREVIEW, prepared.preview_bytes),
-        access_fp=fingerprint_value(FingerprintKind.ACCESS_CONTEXT, access),
-        idempotency_fp=fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY, idem),
+        access_fp=fingerprint_value(FingerprintKind.ACCESS_CONTEXT, access, admitted=True),
+        idempotency_fp=fingerprint_value(FingerprintKind.IDEMPOTENCY_KEY, idem, admitted=True),
         nonce=nonce,
         ordinal=token.attempt + token.poll,
         fence=run.fence,

@@ -94,13 +94,15 @@ class Router:
         return self.instance.variables
 
     def new_token(self, node_id: str, state: str, **extra: Any) -> Token:
-        token = Token(
+        now = clock()
+        token = new_row(
+            Token,
             instance_id=self.instance.pk,
             node_id=node_id,
             state=state,
             ordinal=self.instance.next_ordinal,
-            created_at=clock(),
-            updated_at=clock(),
+            created_at=now,
+            updated_at=now,
             **extra,
         )
         self.instance.next_ordinal += 1
@@ -260,3 +262,16 @@ __all__ = [
     "derive_status",
     "due_expression",
 ]
+
+
+def new_row(model, **values: Any):
+    """``model(**values)``, built as Django builds a row it reads (positional values in
+    field order, the defaults filled in): the keyword path asks every field a few
+    questions, and the engine makes a step row at every step."""
+    args = [
+        values.pop(field.attname) if field.attname in values else field.get_default()
+        for field in model._meta.concrete_fields
+    ]
+    if values:
+        raise TypeError(f"{model.__name__} has no field named {sorted(values)}")
+    return model(*args)
