@@ -154,20 +154,31 @@ def lease_takeable_sql(key: str, *, now: str | None = None) -> str:
     )
 
 
-def fence_condition(fence: Fence, *, lock: bool = True) -> tuple[str, list[object]]:
+def fence_condition(
+    fence: Fence, *, lock: bool = True, part: bool = False
+) -> tuple[str, list[object]]:
     """Return ``(sql, params)`` of an EXISTS condition that holds only for a live fence.
 
     ``lock`` (the default, for a condition on a write) share-locks the lease row until the
     transaction ends, so no new holder takes the lease before the write commits. A
     statement that writes nothing may test the lease with ``lock=False``: on PostgreSQL a
     row lock gives its transaction an id and a WAL flush at commit.
+
+    ``part``: the same look-up as a ``WITH`` part named ``live`` (PostgreSQL), for a
+    statement of several fenced row writes that check the lease once, each with the
+    condition :data:`LIVE_PART` (``fenced_row_sql(…, live=LIVE_PART)``).
     """
     d = dialect()
-    sql = (
-        f"EXISTS (SELECT 1 FROM {_TABLE} WHERE key = %s AND holder = %s AND fence = %s "
-        f"AND expires_at > {d.now} {d.share_lock if lock else ''})"
+    look = (
+        f"SELECT 1 FROM {_TABLE} WHERE key = %s AND holder = %s AND fence = %s "
+        f"AND expires_at > {d.now} {d.share_lock if lock else ''}"
     )
+    sql = f"live AS ({look})" if part else f"EXISTS ({look})"
     return sql, [fence.key, fence.holder, fence.fence]
+
+
+LIVE_PART = "EXISTS (SELECT 1 FROM live)"
+"""The condition of a fenced row write in a statement with ``fence_condition(…, part=True)``."""
 
 
 def _stale(fence: Fence, doing: str) -> StaleFence:
@@ -303,17 +314,22 @@ def fenced_row_sql(
     fence: Fence,
     values: Mapping[str, object],
     expect: Mapping[str, object] | None = None,
+    live: str | None = None,
 ) -> tuple[str, list[object]]:
     """The statement of :func:`fenced_update_row` as ``(sql, params)``, not executed.
 
     Values are plain field values or ``Now()`` (the database clock). The text is built
     once per shape of call (:func:`_update_sql`); only the parameters are made each time.
+    ``live``: the condition that stands for the fence instead of its own (:data:`LIVE_PART`,
+    in a statement with ``fence_condition(fence, part=True)``), without its parameters.
     """
     # The connection itself, looked up once: Django's field code asks the connection
     # several questions per value, each a thread-local look-up through the proxy.
     db = default_db()
     shape = tuple((name, isinstance(value, Now)) for name, value in values.items())
-    sql, assigned, pk_field, expected = _update_sql(model, shape, tuple(expect or ()), db.vendor)
+    sql, assigned, pk_field, expected = _update_sql(
+        model, shape, tuple(expect or ()), db.vendor, live
+    )
     params = [
         save(value, db) for save, value in zip(assigned, values.values(), strict=True) if save
     ]
@@ -322,7 +338,7 @@ def fenced_row_sql(
         field.get_db_prep_value(value, db)
         for field, value in zip(expected, (expect or {}).values(), strict=True)
     ]
-    return sql, [*params, *fence_condition(fence)[1]]
+    return sql, params if live else [*params, *fence_condition(fence)[1]]
 
 
 def fenced_row_stale(fence: Fence) -> StaleFence | None:
@@ -333,7 +349,7 @@ def fenced_row_stale(fence: Fence) -> StaleFence | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _update_sql(model, shape, expect_names, vendor):
+def _update_sql(model, shape, expect_names, vendor, live=None):
     """The text of :func:`fenced_update_row`'s UPDATE for one shape of call, built once.
 
     ``shape`` is ``((field name, is Now), …)`` in the order of the values; returns the SQL,
@@ -351,7 +367,7 @@ def _update_sql(model, shape, expect_names, vendor):
     expected = [meta.get_field(name) for name in expect_names]
     conditions = [f"{quote(meta.pk.column)} = %s"]
     conditions += [f"{quote(field.column)} {d.expected} %s" for field in expected]
-    live = fence_condition(Fence(key="", holder="", fence=1))[0]
+    live = live or fence_condition(Fence(key="", holder="", fence=1))[0]
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
         f"WHERE {' AND '.join(conditions)} AND {live}"

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from govflow.engine.db import engine_commit
 from govflow.engine.errors import EngineConflict
 from govflow.engine.models import Token, TokenState
 from govflow.engine.services.load import load_run
@@ -46,7 +47,7 @@ def test_the_new_step_and_the_instance_are_one_statement_on_postgresql():
     run = _held(instance)
     with CaptureQueriesContext(connection) as captured:
         _route_the_start(run)
-    folded = [q["sql"] for q in captured.captured_queries if "WITH new_step AS" in q["sql"]]
+    folded = [q["sql"] for q in captured.captured_queries if "new_step AS (INSERT" in q["sql"]]
     assert len(folded) == (1 if connection.vendor == "postgresql" else 0)
     [step] = [t for t in run.active.values() if t.node_id == "a"]
     stored = Token.objects.get(pk=step.pk)
@@ -60,7 +61,7 @@ def test_separate_rows_writes_them_one_by_one():
     run = _held(instance)
     with separate_rows(), CaptureQueriesContext(connection) as captured:
         _route_the_start(run)
-    assert not any("WITH new_step AS" in q["sql"] for q in captured.captured_queries)
+    assert not any("new_step AS (INSERT" in q["sql"] for q in captured.captured_queries)
     assert Token.objects.filter(instance=instance, node_id="a").count() == 1
 
 
@@ -70,18 +71,37 @@ def _taken_by_another(run, instance) -> None:
     api.lease_acquire(key=instance_lease_key(instance.pk), holder="other", ttl=30)
 
 
-def test_a_stale_holder_inserts_no_step_and_changes_no_instance():
+def _stale_route():
+    """An instance whose run's fence went stale after the start node was routed."""
     instance = start(linear(action("a")))
     run = _held(instance)
     [first] = run.active.values()
     _taken_by_another(run, instance)
     router = Router(run)
     router.leave(first.node_id)
-    with pytest.raises(api.StaleFence), run.commit():
-        run.flush(router)
+    return instance, run, router
+
+
+def _nothing_written(instance) -> None:
     assert not Token.objects.filter(instance=instance, node_id="a").exists()
     instance.refresh_from_db()
     assert instance.next_ordinal == 2  # as the start left it
+
+
+def test_a_stale_holder_inserts_no_step_and_changes_no_instance():
+    instance, run, router = _stale_route()
+    with pytest.raises(api.StaleFence), run.commit():
+        run.flush(router)
+    _nothing_written(instance)
+
+
+def test_the_rows_statement_itself_refuses_a_stale_holder():
+    """Without the run's commit around it (whose seal would ask the ledger, which checks
+    the fence again): the rows' own check of the lease refuses (ADR 0073)."""
+    instance, run, router = _stale_route()
+    with pytest.raises(api.StaleFence), engine_commit():
+        run.flush(router)
+    _nothing_written(instance)
 
 
 def test_a_move_made_later_rides_in_the_same_statement():

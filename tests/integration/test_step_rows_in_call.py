@@ -73,6 +73,9 @@ def test_the_next_step_is_inserted_executing_and_never_updated(settings):
         assert "new_step AS (INSERT" in chained[0] and TAIL_CALL in chained[0]
         assert "'executing'" in chained[0].split("new_step AS", 1)[1].split("instance_row")[0]
         assert updates_of_b == []
+        # The engine's rows look the lease up once, in their `live` part (ADR 0073).
+        rows = chained[0].split(TAIL_CALL)[0]
+        assert rows.count("FROM recovery_lease") == 1 and rows.count("FROM live") == 2
     else:
         assert len(updates_of_b) == 1  # inserted ready, then dispatched
 

@@ -32,6 +32,7 @@ from recovery.api import (
     RowWrite,
     default_db,
     dialect,
+    fence_condition,
     insert_statement,
     lease_require_live,
 )
@@ -69,6 +70,9 @@ def separate_rows() -> Iterator[None]:
         _SEPARATE.reset(token)
 
 
+LIVE = "EXISTS (SELECT 1 FROM live)"  # the lease's part, as fence_condition(part=True) names it
+
+
 @dataclass(eq=False)
 class StepRows:
     """The pending step moves, a new step's insert and the fenced instance row of one
@@ -90,11 +94,13 @@ class StepRows:
     def parts(self, fence: Fence) -> tuple[list[str], list[Any], list[str], str]:
         """The ``WITH`` parts, their parameters, the values handed back to :meth:`took`
         and the condition under which everything matched (builds text, runs nothing)."""
-        parts: list[str] = []
-        params: list[Any] = []
+        # The lease is looked up once, a part of its own that every fenced row names
+        # (its row locked as each row's own look-up locked it): ADR 0073.
+        live, params = fence_condition(fence, part=True)
+        parts: list[str] = [live]
         results: list[str] = []
         for number, write in enumerate(self.moves):
-            sql, part_params = write.sql(fence)
+            sql, part_params = write.sql(fence, live=LIVE)
             parts.append(f"move_{number} AS ({sql} RETURNING 1)")
             params += part_params
             results.append(f"(SELECT 1 FROM move_{number})")
@@ -103,7 +109,7 @@ class StepRows:
             parts.append(f"new_step AS ({sql})")
             params += part_params
             results.append("(SELECT id FROM new_step)")
-        sql, part_params = self.instance.sql(fence)
+        sql, part_params = self.instance.sql(fence, live=LIVE)
         parts.append(f"instance_row AS ({sql} RETURNING 1)")
         params += part_params
         results.append("(SELECT 1 FROM instance_row)")
