@@ -42,7 +42,7 @@ class RowWrite:
         if count != 1:
             raise self.refused()
 
-    def sql(self, fence: Fence, live: str | None = None) -> tuple[str, list[object]]:
+    def sql(self, fence: Fence, live: bool = False) -> tuple[str, list[object]]:
         """The ``UPDATE`` (``live``: as ``fenced_row_sql``'s)."""
         return fenced_row_sql(
             self.model, pk=self.pk, fence=fence, values=self.values, expect=self.expect, live=live

@@ -166,7 +166,7 @@ def fence_condition(
 
     ``part``: the same look-up as a ``WITH`` part named ``live`` (PostgreSQL), for a
     statement of several fenced row writes that check the lease once, each with the
-    condition :data:`LIVE_PART` (``fenced_row_sql(…, live=LIVE_PART)``).
+    condition :data:`LIVE_PART` (``fenced_row_sql(…, live=True)``).
     """
     d = dialect()
     look = (
@@ -314,14 +314,14 @@ def fenced_row_sql(
     fence: Fence,
     values: Mapping[str, object],
     expect: Mapping[str, object] | None = None,
-    live: str | None = None,
+    live: bool = False,
 ) -> tuple[str, list[object]]:
     """The statement of :func:`fenced_update_row` as ``(sql, params)``, not executed.
 
     Values are plain field values or ``Now()`` (the database clock). The text is built
     once per shape of call (:func:`_update_sql`); only the parameters are made each time.
-    ``live``: the condition that stands for the fence instead of its own (:data:`LIVE_PART`,
-    in a statement with ``fence_condition(fence, part=True)``), without its parameters.
+    ``live``: the statement carries ``fence_condition(fence, part=True)``'s part; the row
+    names it (:data:`LIVE_PART`) instead of looking the lease up, without its parameters.
     """
     # The connection itself, looked up once: Django's field code asks the connection
     # several questions per value, each a thread-local look-up through the proxy.
@@ -349,7 +349,7 @@ def fenced_row_stale(fence: Fence) -> StaleFence | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _update_sql(model, shape, expect_names, vendor, live=None):
+def _update_sql(model, shape, expect_names, vendor, live=False):
     """The text of :func:`fenced_update_row`'s UPDATE for one shape of call, built once.
 
     ``shape`` is ``((field name, is Now), …)`` in the order of the values; returns the SQL,
@@ -367,7 +367,7 @@ def _update_sql(model, shape, expect_names, vendor, live=None):
     expected = [meta.get_field(name) for name in expect_names]
     conditions = [f"{quote(meta.pk.column)} = %s"]
     conditions += [f"{quote(field.column)} {d.expected} %s" for field in expected]
-    live = live or fence_condition(Fence(key="", holder="", fence=1))[0]
+    live = LIVE_PART if live else fence_condition(Fence(key="", holder="", fence=1))[0]
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
         f"WHERE {' AND '.join(conditions)} AND {live}"

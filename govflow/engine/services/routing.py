@@ -68,6 +68,19 @@ def after_seconds(seconds: float):
     )
 
 
+def new_row(model, **values: Any):
+    """``model(**values)``, built as Django builds a row it reads (positional values in
+    field order, the defaults filled in): the keyword path asks every field a few
+    questions, and the engine makes a step row at every step."""
+    args = [
+        values.pop(field.attname) if field.attname in values else field.get_default()
+        for field in model._meta.concrete_fields
+    ]
+    if values:
+        raise TypeError(f"{model.__name__} has no field named {sorted(values)}")
+    return model(*args)
+
+
 class Routable(Protocol):
     """What a router reads of a run (``services.run.Run`` is one)."""
 
@@ -262,16 +275,3 @@ __all__ = [
     "derive_status",
     "due_expression",
 ]
-
-
-def new_row(model, **values: Any):
-    """``model(**values)``, built as Django builds a row it reads (positional values in
-    field order, the defaults filled in): the keyword path asks every field a few
-    questions, and the engine makes a step row at every step."""
-    args = [
-        values.pop(field.attname) if field.attname in values else field.get_default()
-        for field in model._meta.concrete_fields
-    ]
-    if values:
-        raise TypeError(f"{model.__name__} has no field named {sorted(values)}")
-    return model(*args)

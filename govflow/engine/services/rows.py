@@ -70,9 +70,6 @@ def separate_rows() -> Iterator[None]:
         _SEPARATE.reset(token)
 
 
-LIVE = "EXISTS (SELECT 1 FROM live)"  # the lease's part, as fence_condition(part=True) names it
-
-
 @dataclass(eq=False)
 class StepRows:
     """The pending step moves, a new step's insert and the fenced instance row of one
@@ -100,7 +97,7 @@ class StepRows:
         parts: list[str] = [live]
         results: list[str] = []
         for number, write in enumerate(self.moves):
-            sql, part_params = write.sql(fence, live=LIVE)
+            sql, part_params = write.sql(fence, live=True)
             parts.append(f"move_{number} AS ({sql} RETURNING 1)")
             params += part_params
             results.append(f"(SELECT 1 FROM move_{number})")
@@ -109,7 +106,7 @@ class StepRows:
             parts.append(f"new_step AS ({sql})")
             params += part_params
             results.append("(SELECT id FROM new_step)")
-        sql, part_params = self.instance.sql(fence, live=LIVE)
+        sql, part_params = self.instance.sql(fence, live=True)
         parts.append(f"instance_row AS ({sql} RETURNING 1)")
         params += part_params
         results.append("(SELECT 1 FROM instance_row)")
