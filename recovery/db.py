@@ -14,10 +14,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.core.signals import setting_changed
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import connection, transaction
 
-from .kept import default_db
+from .kept import default_db, kept_made
 
 GENESIS_LINK = "0" * 64
 
@@ -159,17 +158,15 @@ def sent_alone() -> Iterator[None]:
             db.close()
 
 
-_DIALECTS: dict[str, Dialect] = {}
-setting_changed.connect(lambda **kwargs: _DIALECTS.clear(), weak=False)
-
-
 def dialect() -> Dialect:
     """The fragments for the default database, where the ledger lives: kept until a
-    setting changes, as every ledger statement asks (a dozen times per step)."""
-    found = _DIALECTS.get(DEFAULT_DB_ALIAS)
-    if found is None:
-        found = _DIALECTS[DEFAULT_DB_ALIAS] = dialect_of(default_db())
-    return found
+    setting changes (``kept_made``), as every ledger statement asks (a dozen times per
+    step)."""
+    return kept_made("recovery.db.dialect", _default_dialect)
+
+
+def _default_dialect() -> Dialect:
+    return dialect_of(default_db())
 
 
 def dialect_of(conn) -> Dialect:

@@ -10,14 +10,19 @@ thread-critical local), a few µs each time, although neither changes while a pr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connections
 
-__all__ = ["default_db", "kept_setting"]
+__all__ = ["default_db", "kept_made", "kept_setting"]
 
-_KEPT: dict[tuple[str, object], object] = {}
+_KEPT: dict[object, object] = {}
+"""Settings by (name, default), and what :func:`kept_made` made by its key."""
+
+T = TypeVar("T")
 
 
 def kept_setting(name: str, default: object = None) -> object:
@@ -32,6 +37,16 @@ def kept_setting(name: str, default: object = None) -> object:
         return _KEPT[name, default]
     except KeyError:
         value = _KEPT[name, default] = getattr(settings, name, default)
+        return value
+
+
+def kept_made(key: str, make: Callable[[], T]) -> T:
+    """``make()``, made once and kept until a setting changes: for what is built from
+    settings and asked at every step (the ledger's dialect). ``key`` names it."""
+    try:
+        return _KEPT[key]  # type: ignore[return-value]
+    except KeyError:
+        value = _KEPT[key] = make()
         return value
 
 

@@ -328,10 +328,11 @@ SPECTACULAR_SETTINGS = {
 # ``timeout``: the broker hands a claimed task out again ``retry`` seconds after the
 # claim, so a task that may still be running must never be redelivered by the broker
 # itself (the engine's lease and fence make a redelivery harmless, not free).
+_Q_WORKERS = env_int("GOVFLOW_Q_WORKERS", 2)
 Q_CLUSTER = {
     "name": "govflow",
     "orm": "default",
-    "workers": env_int("GOVFLOW_Q_WORKERS", 2),
+    "workers": _Q_WORKERS,
     "timeout": 60,
     "retry": 180,
     "max_attempts": 0,
@@ -346,6 +347,11 @@ Q_CLUSTER = {
     # ORM broker's queue as before.
     "broker_class": "govflow.engine.broker.ClaimBroker",
     "guard_cycle": 0.5,
+    # Tasks waiting in django-q2's in-memory queue for a worker process (its default:
+    # workers squared). A task carries up to a worker process's share of a dequeue's
+    # claims, their leases taken (ADR 0069): one waiting task per worker process keeps
+    # each fed, and a paused cluster holds fewer leases that others must wait out (ADR 0074).
+    "queue_limit": env_int("GOVFLOW_Q_QUEUE_LIMIT", max(1, _Q_WORKERS), minimum=1),
     # A worker process is replaced after this many tasks (django-q2's default is 500), or
     # once its peak memory passes ``max_rss`` (KiB). Each task of ours carries one instance
     # run or a worker process's share of a dequeue's claims (ADR 0069), and a replacement

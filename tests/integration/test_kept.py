@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from govflow.engine import conf
 from recovery.api import default_db, dialect, kept_setting
+from recovery.kept import kept_made
 
 
 def test_a_changed_setting_is_read_again_and_restored_after():
@@ -56,3 +57,18 @@ def test_each_thread_gets_its_own_connection_as_djangos_handler_gives_it():
     assert seen["kept"] is seen["django"]
     assert seen["kept"] is not mine
     assert seen["dialect"] is dialect()
+
+
+def test_what_is_made_from_settings_is_made_again_after_a_change():
+    made = []
+
+    def make() -> int:
+        made.append(1)
+        return len(made)
+
+    assert kept_made("tests.kept.made", make) == 1
+    assert kept_made("tests.kept.made", make) == 1  # kept: not made again
+    with override_settings(RECOVERY_NOT_A_SETTING=1):
+        assert kept_made("tests.kept.made", make) == 2
+    assert kept_made("tests.kept.made", make) == 3
+    assert dialect() is dialect()

@@ -98,6 +98,19 @@ def test_worker_recycling_is_rare_by_default_and_a_negative_limit_is_refused():
     assert "GOVFLOW_Q_MAX_RSS=-1 is below 0" in done.stderr
 
 
+def test_one_task_waits_per_worker_process_and_a_limit_below_one_is_refused():
+    """django-q2 keeps workers squared tasks waiting by default; each of GovFlow's carries
+    a worker process's share of the claims with their leases (ADR 0069), so a paused
+    cluster held more than it could start. One per worker process (ADR 0074)."""
+    read = "settings.Q_CLUSTER['queue_limit']"
+    assert "read: 2" in settings_read(read)
+    assert "read: 4" in settings_read(read, GOVFLOW_Q_WORKERS="4")
+    assert "read: 9" in settings_read(read, GOVFLOW_Q_WORKERS="4", GOVFLOW_Q_QUEUE_LIMIT="9")
+    done = manage("check", **dict(PROD_ENV, GOVFLOW_Q_QUEUE_LIMIT="0"))
+    assert done.returncode != 0
+    assert "GOVFLOW_Q_QUEUE_LIMIT=0 is below 1" in done.stderr
+
+
 def test_the_test_settings_folders_go_with_their_process(tmp_path):
     """Each process that loads the test settings makes an evidence and an anchors folder;
     they are removed when it exits (``make test`` also runs pytest in a folder of its own,
