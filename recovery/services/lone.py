@@ -141,7 +141,10 @@ def observe_alone(
     fact = {"operation": key, "state": state, "revision": revision, "result_fp": result_fp}
     fact |= fact_extra
     checkpoint = chain.prepare(subject, Head(*mark.head), "operation.observed", fact, projection_fp)
-    params = [*tail_framed(mark), key, op["state"], op["revision"], state, revision]
+    tail = tail_joined(mark)
+    if None in tail:  # a field the server's joined text cannot tell apart: read instead
+        return None
+    params = [*tail, key, op["state"], op["revision"], state, revision]
     params += [result_fp, fence.key, fence.holder, fence.fence]
     if not _run(_SUCCESS, [*params, *checkpoint.row()[2:]]):
         chain.mark_forget_written(fence)
@@ -151,15 +154,16 @@ def observe_alone(
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp)
 
 
-def tail_framed(mark) -> list[Any]:
+def tail_joined(mark) -> list[Any]:
     """The first parameters of ``recovery_lone_success`` and
-    ``recovery_tail_observe_record`` (migrations 0022, 0023): the subject, the mark's
-    checkpoint, then every checkpoint and every operation row past the mark as the run
-    wrote them, as two framed texts (:func:`framed_rows`) that each function compares
-    with the stored rows framed the same way."""
+    ``recovery_tail_observe_record`` (migration 0026): the subject, the mark's checkpoint,
+    then every checkpoint and every operation row past the mark as the run wrote them, as
+    two joined texts (:func:`joined_rows`) that each function compares with the stored
+    rows joined the same way. Either text is None when it cannot be joined: the caller
+    then reads and verifies the tail instead."""
     cps, ops = _tail_rows(mark)
     subject = mark.subject
-    return [subject.type, subject.id, mark.seq, mark.link, framed_rows(cps), framed_rows(ops)]
+    return [subject.type, subject.id, mark.seq, mark.link, joined_rows(cps), joined_rows(ops)]
 
 
 def _tail_rows(mark) -> tuple[list[list[str]], list[list[str]]]:
@@ -173,11 +177,24 @@ def _tail_rows(mark) -> tuple[list[list[str]], list[list[str]]]:
     return cps, ops
 
 
-def framed_rows(rows) -> str:
-    """Every field of every row as ``<length>:<text>`` (a None as ``:``), concatenated: the
-    server's ``concat(length(x), ':', x, …)`` of the same texts (migration 0022). Each
-    field's length comes first, so two framed texts are equal exactly when their fields are."""
-    return "".join(":" if f is None else f"{len(f)}:{f}" for row in rows for f in row)
+FIELD, ROW = "\x1f", "\x1e"
+"""What :func:`joined_rows` joins a row's fields and the rows with: the unit and the
+record separator, as the server's ``concat_ws`` and ``string_agg`` (migration 0026)."""
+
+
+def joined_rows(rows: list[list[str]]) -> str | None:
+    """Each row's fields joined by :data:`FIELD`, the rows by :data:`ROW`: the server's
+    ``string_agg(concat_ws(E'\\x1f', …), E'\\x1e')`` of the same texts. None when a field is
+    None or holds a separator: only a text whose separators are all its own boundaries is
+    equal to the stored rows' exactly when every field is."""
+    try:
+        text = ROW.join([FIELD.join(row) for row in rows])
+    except TypeError:  # a None, which the run never writes
+        return None
+    fields = sum(map(len, rows))
+    if text.count(FIELD) != fields - len(rows) or text.count(ROW) != max(len(rows) - 1, 0):
+        return None
+    return text
 
 
 def json_text(texts: list[str]) -> str:

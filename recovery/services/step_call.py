@@ -68,7 +68,7 @@ from ._ledger import (
 )
 from .first_writes import FirstWrites, RowWrite
 from .leases import Fence
-from .lone import json_text, tail_framed
+from .lone import json_text, tail_joined
 from .operations import _success_reads, _unchanged, operation_observe, operation_record
 from .step_parts import (
     _execute,
@@ -302,9 +302,12 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
         subject, Head(*mark.head), "operation.observed", observed_fact, observation.projection_fp
     )
     key, values, fact, recorded = _next_prepared(record, fence, observed, projection_fp)
+    tail = tail_joined(mark)
+    if None in tail:  # a field the server's joined text cannot tell apart: read instead
+        return None, first
     success = "true" if state in SUCCESS else "false"
     arguments = [
-        *tail_framed(mark),
+        *tail,
         *(fence.key, fence.holder, fence.fence),
         json_text(
             [

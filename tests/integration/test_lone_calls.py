@@ -94,6 +94,26 @@ def test_a_first_lifecycle_on_a_fresh_subject_is_one_statement_per_commit(subjec
     assert (sent == 2) if lone(path) else (sent > 2)
 
 
+def test_a_success_whose_row_holds_a_separator_reads_and_verifies_instead(subject, fence, path):
+    """The standalone success compares the run's rows joined by the unit and record
+    separators (migration 0026); a row holding one is read and verified instead, and its
+    value stored exactly."""
+    lifecycle(subject, fence, 1)
+    fps = fingerprints({"n": 2})
+    op = api.operation_record(
+        subject=subject, step_id="step\x1e2", action="test.notify", recovery_mode="non_atomic",
+        nonce=f"{subject.id}:2", ordinal=0, fence=fence, **fps,
+    )  # fmt: skip
+    with CaptureQueriesContext(connection) as captured:
+        done = api.operation_observe(key=op.key, state="succeeded", fence=fence, result={})
+    assert (done.state, done.chain_seq) == ("succeeded", 4) and api.chain_verify(subject).ok
+    assert Operation.objects.get(key=op.key).step_id == "step\x1e2"
+    sent = [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+    assert not any("recovery_lone_success(" in sql for sql in sent), sent
+    assert len(sent) > 1
+    assert lifecycle(subject, fence, 3).chain_seq == 6 and api.chain_verify(subject).ok
+
+
 # What a standalone caller does: successes, failures, pending answers and unknown outcomes
 # (each then retried by a new operation), someone else's fact in between, a success
 # repeated, the process restarted (its marks forgotten), several operations in flight.

@@ -127,6 +127,28 @@ def test_someone_elses_fact_between_steps_is_verified_and_kept(subject, fence, p
     assert not any(READ in sql for sql in sqls(captured)) or not one_call(path)
 
 
+def test_a_field_holding_a_separator_is_read_and_verified_instead(subject, fence, path):
+    """The tail call compares the run's rows joined by the unit and record separators
+    (migration 0026). A field holding one cannot be told apart there: the step that would
+    compare it reads and verifies the tail instead, and every value is stored exactly."""
+    op = recorded(subject, fence, 1)
+    _, op = chained(subject, fence, op, 2)
+    observation = api.Observation(key=op.key, state="succeeded", fence=fence, result={"n": 2})
+    odd = {**next_step(subject, fence, 3), "step_id": "step\x1f3\x1e"}
+    _, op = api.operation_observe_record(
+        observation=observation, record=odd, projection_fp="", last=True
+    )
+    with CaptureQueriesContext(connection) as captured:
+        done, after = chained(subject, fence, op, 4)  # step 3's row is in the tail now
+    assert (done.state, after.chain_seq) == ("succeeded", 7) and api.chain_verify(subject).ok
+    assert Operation.objects.get(key=op.key).step_id == "step\x1f3\x1e"
+    if one_call(path):
+        assert not any(TAIL in sql for sql in sqls(captured))
+        assert sum(READ in sql for sql in sqls(captured)) == 1
+    _, after = chained(subject, fence, after, 5)
+    assert after.chain_seq == 9 and api.chain_verify(subject).ok
+
+
 def test_a_rolled_back_step_is_not_remembered(subject, fence, path):
     op = recorded(subject, fence, 1)
     _, op = chained(subject, fence, op, 2)
