@@ -142,7 +142,7 @@ def observe_alone(
     fact |= fact_extra
     checkpoint = chain.prepare(subject, Head(*mark.head), "operation.observed", fact, projection_fp)
     tail = tail_joined(mark)
-    if None in tail:  # a field the server's joined text cannot tell apart: read instead
+    if tail is None:  # a field the server's joined text cannot tell apart: read instead
         return None
     params = [*tail, key, op["state"], op["revision"], state, revision]
     params += [result_fp, fence.key, fence.holder, fence.fence]
@@ -154,16 +154,19 @@ def observe_alone(
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp)
 
 
-def tail_joined(mark) -> list[Any]:
+def tail_joined(mark) -> list[Any] | None:
     """The first parameters of ``recovery_lone_success`` and
     ``recovery_tail_observe_record`` (migration 0026): the subject, the mark's checkpoint,
     then every checkpoint and every operation row past the mark as the run wrote them, as
     two joined texts (:func:`joined_rows`) that each function compares with the stored
-    rows joined the same way. Either text is None when it cannot be joined: the caller
-    then reads and verifies the tail instead."""
+    rows joined the same way. None when either cannot be joined: the caller then reads
+    and verifies the tail instead."""
     cps, ops = _tail_rows(mark)
+    checkpoints, operations = joined_rows(cps), joined_rows(ops)
+    if checkpoints is None or operations is None:
+        return None
     subject = mark.subject
-    return [subject.type, subject.id, mark.seq, mark.link, joined_rows(cps), joined_rows(ops)]
+    return [subject.type, subject.id, mark.seq, mark.link, checkpoints, operations]
 
 
 def _tail_rows(mark) -> tuple[list[list[str]], list[list[str]]]:

@@ -303,7 +303,7 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
     )
     key, values, fact, recorded = _next_prepared(record, fence, observed, projection_fp)
     tail = tail_joined(mark)
-    if None in tail:  # a field the server's joined text cannot tell apart: read instead
+    if tail is None:  # a field the server's joined text cannot tell apart: read instead
         return None, first
     success = "true" if state in SUCCESS else "false"
     arguments = [

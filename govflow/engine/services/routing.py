@@ -58,24 +58,24 @@ def due_expression(node: dict[str, Any]):
     """The timer's due time as a database expression (database clock, invariant I9)."""
     if "at" in node:
         return parse_datetime(node["at"])
-    duration = parse_duration(node["duration"])
-    if duration is not None and duration <= dt.timedelta(0):  # due now: the clock itself
-        return clock()
-    return ExpressionWrapper(clock() + Value(duration), output_field=DateTimeField())
+    return clock_plus(parse_duration(node["duration"]))
 
 
 def after_seconds(seconds: float):
-    """The database clock ``seconds`` from now, as a value to write; the clock itself for
-    0 (or less): a step due now is due at once. On SQLite the clock is text to the
+    """The database clock ``seconds`` from now, as a value to write (:func:`clock_plus`)."""
+    return clock_plus(dt.timedelta(seconds=seconds))
+
+
+def clock_plus(delta: dt.timedelta | None):
+    """The database clock ``delta`` from now, as a value to write; the clock itself for no
+    time (or less): a step due now is due at once. On SQLite the clock is text to the
     millisecond (``strftime('%f')``) and a sum is written by Django to the microsecond
     (``2026-…:05.123000``), which compares after the clock's own ``…:05.123`` as text: a
     poll due "in 0 seconds" was not due until the next millisecond, and a run that asked
     within the same one stopped with it waiting."""
-    if seconds <= 0:
+    if delta is not None and delta <= dt.timedelta(0):
         return clock()
-    return ExpressionWrapper(
-        clock() + Value(dt.timedelta(seconds=seconds)), output_field=DateTimeField()
-    )
+    return ExpressionWrapper(clock() + Value(delta), output_field=DateTimeField())
 
 
 def new_row(model, **values: Any):
