@@ -66,6 +66,13 @@ class ProcessGroup:
     def pids(self) -> set[int]:
         return group_pids(self.pgid)
 
+    def stopped(self) -> bool:
+        """Whether every member is stopped (SIGSTOP delivered: state ``T``). A signal sent
+        to the group is only queued when ``os.killpg`` returns; a member running on another
+        CPU may go on for a moment."""
+        states = [stat_fields(pid) for pid in self.pids()]
+        return bool(states) and all(fields is None or fields[0] == "T" for fields in states)
+
     def kill(self, timeout: float) -> set[int]:
         """SIGKILL the whole group and wait until every member is gone: up to ``timeout``
         seconds for the main process, then as long again for the rest. Returns the members

@@ -28,6 +28,15 @@ from ..subjects import Subject
 LIMIT = 256
 """Marks kept per process (one per run in flight is all a worker needs)."""
 
+GENESIS_LIMIT = 64
+"""Checkpoints a mark keeps of its whole chain (:attr:`Mark.genesis`, ADR 0076): a longer
+chain is read and verified whole at an instance's end instead of compared."""
+
+
+def texts(row) -> list[str | None]:
+    """A checkpoint's columns as the server's text of them (``seq`` … ``projection_fp``)."""
+    return [None if value is None else str(value) for value in row]
+
 
 @dataclass
 class Mark:
@@ -47,6 +56,15 @@ class Mark:
     stored: int = 0
     """The position of the subject's sealed mark this run read or wrote (ADR 0066), 0 when
     none: a run seals its mark again only once it has gone far enough past it."""
+    genesis: list[list[str | None]] | None = None
+    """Every checkpoint of the chain through ``seq``, each its columns as texts (``seq``,
+    ``kind``, ``fact``, ``fact_fp``, ``prev_link``, ``link``, ``key_id``, ``projection_fp``),
+    when the run verified the whole chain by reading it (:func:`~.replay.verify_marking`)
+    or found it empty, and each move of the mark since went over checkpoints this run wrote
+    that the server found as written (``written.verified_through``, ADR 0076); None
+    otherwise, or past :data:`GENESIS_LIMIT`. With them and :attr:`ops` the run knows its
+    whole chain row for row, and a verification of the whole chain (:func:`mark_whole`) may
+    compare the stored rows with it instead of reading them."""
 
     @property
     def head(self) -> tuple[int, str]:
@@ -95,10 +113,15 @@ def mark_keep(fence, mark: Mark) -> None:
 
 
 def mark_whole(fence) -> None:
-    """Forget the mark of ``fence``, and ask its next verification to read the whole chain:
-    not from its subject's sealed mark either (ADR 0038, 0066), until a mark is kept."""
+    """Ask the next verification of the run holding ``fence`` to cover the whole chain: not
+    from its mark, nor from its subject's sealed mark (ADR 0038, 0066), until a mark is
+    kept. A mark that knows the whole chain (:attr:`Mark.genesis`) stays, for a call that
+    compares every stored row with it (ADR 0076); any other is forgotten, and the chain is
+    read and verified whole."""
     with _lock:
-        _marks.pop(_slot(fence), None)
+        mark = _marks.get(_slot(fence))
+        if mark is None or mark.genesis is None:
+            _marks.pop(_slot(fence), None)
         _whole[_slot(fence)] = None
         _whole.move_to_end(_slot(fence))
         while len(_whole) > LIMIT:

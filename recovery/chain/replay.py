@@ -18,7 +18,7 @@ from ..keys import ChainKeys, chain_keys
 from ..states import can_transition
 from ..subjects import Subject
 from .links import COMPARED, compute_link
-from .marks import Mark
+from .marks import GENESIS_LIMIT, Mark, texts
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,9 @@ def verify_marking(
     if not result.ok:
         return result, None
     last = checkpoints[-1] if checkpoints else (0, "", "", "", "", GENESIS_LINK)
-    return result, Mark(subject, replayed.length, last[5], replayed.ops)
+    # The whole chain, verified: kept with the mark (ADR 0076) unless it is long.
+    genesis = [texts(row) for row in checkpoints] if len(checkpoints) <= GENESIS_LIMIT else None
+    return result, Mark(subject, replayed.length, last[5], replayed.ops, genesis=genesis)
 
 
 def verify_tail(
@@ -258,6 +260,7 @@ def verify_tail(
     result = compare(mark.subject, touched | read, operations, replayed.length)
     if result.ok:
         mark.seq, mark.link = replayed.length, (checkpoints[-1][5])
+        mark.genesis = None  # moved over rows read, not over the run's own writes
     return result
 
 

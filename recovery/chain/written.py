@@ -19,7 +19,7 @@ from typing import Any
 
 from ..db import GENESIS_LINK
 from .links import Prepared
-from .marks import Mark, mark_drop, mark_keep, mark_peek
+from .marks import GENESIS_LIMIT, Mark, mark_drop, mark_keep, mark_peek, texts
 from .replay import _apply
 
 LIMIT = 4
@@ -35,7 +35,7 @@ def wrote(fence, checkpoint: Prepared, fact: dict[str, Any], *, fresh: bool = Fa
     """
     mark = mark_peek(fence)
     if fresh:
-        mark = Mark(checkpoint.subject, 0, GENESIS_LINK)
+        mark = Mark(checkpoint.subject, 0, GENESIS_LINK, genesis=[])
     if mark is None or mark.subject != checkpoint.subject:
         return
     seq, link = mark.head
@@ -73,6 +73,9 @@ def verified_through(fence, mark: Mark) -> None:
     operations move on as :func:`~.replay.verify_tail` would move them.
     """
     if mark.written:
+        if mark.genesis is not None:
+            genesis = [*mark.genesis, *(texts([c.seq, *c.row()[3:]]) for c in mark.written)]
+            mark.genesis = genesis if len(genesis) <= GENESIS_LIMIT else None
         mark.ops.update(mark.touched)
         mark.seq, mark.link = mark.head
     mark.forget_written()

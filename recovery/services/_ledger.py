@@ -292,8 +292,11 @@ def _why_not(cursor, row, target, fence, subject) -> Exception:
 def marked_since(fence: Fence) -> int | None:
     """Where the run holding ``fence`` verified its chain through (ADR 0034), if it did."""
     mark = chain.mark_peek(fence)
-    # A mark at #0 (a fresh chain this run wrote, ADR 0040) verified nothing to start from.
-    return None if mark is None or mark.seq == 0 else mark.seq
+    # A mark at #0 (a fresh chain this run wrote, ADR 0040) verified nothing to start from;
+    # one kept while a whole verification is asked (ADR 0076) is no place to start from.
+    if mark is None or mark.seq == 0 or chain.whole_asked(fence):
+        return None
+    return mark.seq
 
 
 def verified_head(

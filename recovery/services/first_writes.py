@@ -16,7 +16,7 @@ from typing import Protocol
 
 from .leases import Fence, fenced_row_sql, fenced_row_stale, fenced_update_row
 
-__all__ = ["FirstWrites", "RowWrite"]
+__all__ = ["FirstWrites", "RowWrite", "WithParts"]
 
 
 @dataclass(frozen=True)
@@ -84,3 +84,25 @@ class FirstWrites(Protocol):
 
     def write(self, fence: Fence) -> None:
         """Make the writes as statements of their own (needs the caller's transaction)."""
+
+
+@dataclass(frozen=True)
+class WithParts:
+    """``first`` (or nothing) and more ``WITH`` parts of the caller's, written in the same
+    statement whatever they match (``name AS (…)`` and their parameters, as
+    ``lease_release(with_parts=…)`` takes them): an instance's event beside its ending's
+    call (ADR 0076). Only ``first``'s parts decide whether the call runs."""
+
+    first: FirstWrites | None
+    extra: Sequence[str]
+    extra_params: Sequence[object]
+
+    def parts(self, fence: Fence) -> tuple[list[str], list[object], list[str], str]:
+        if self.first is None:
+            return [*self.extra], [*self.extra_params], [], "true"
+        parts, params, results, matched = self.first.parts(fence)
+        return [*parts, *self.extra], [*params, *self.extra_params], results, matched
+
+    def took(self, fence: Fence, values: Sequence[object]) -> None:
+        if self.first is not None:
+            self.first.took(fence, values)

@@ -127,23 +127,14 @@ def observe_alone(
 ) -> RecordedOperation | None:
     """A success as one statement, verified inside its write against what the run wrote
     after its mark; None when that is not known or the write matched nothing."""
-    mark = chain.mark_peek(fence)
-    op = None if mark is None else mark.touched.get(key)
-    if (
-        op is None
-        or op["lease"] != fence.key
-        or (input_fp is not None and input_fp != op["input_fp"])
-        or op["state"] == state
-        or not can_transition(op["state"], state)
-    ):
+    known = tail_known(key, state, fence, input_fp, whole_allowed=False)
+    if known is None:
         return None
+    mark, op, tail = known
     subject, revision = mark.subject, op["revision"] + 1
-    fact = {"operation": key, "state": state, "revision": revision, "result_fp": result_fp}
-    fact |= fact_extra
-    checkpoint = chain.prepare(subject, Head(*mark.head), "operation.observed", fact, projection_fp)
-    tail = tail_joined(mark)
-    if tail is None:  # a field the server's joined text cannot tell apart: read instead
-        return None
+    fact, checkpoint = observed_after(
+        mark, key, state, revision, result_fp, fact_extra, projection_fp
+    )
     params = [*tail, key, op["state"], op["revision"], state, revision]
     params += [result_fp, fence.key, fence.holder, fence.fence]
     if not _run(_SUCCESS, [*params, *checkpoint.row()[2:]]):
@@ -154,28 +145,68 @@ def observe_alone(
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp)
 
 
-def tail_joined(mark) -> list[Any] | None:
-    """The first parameters of ``recovery_lone_success`` and
-    ``recovery_tail_observe_record`` (migration 0026): the subject, the mark's checkpoint,
-    then every checkpoint and every operation row past the mark as the run wrote them, as
-    two joined texts (:func:`joined_rows`) that each function compares with the stored
-    rows joined the same way. None when either cannot be joined: the caller then reads
-    and verifies the tail instead."""
-    cps, ops = _tail_rows(mark)
+def tail_known(key: str, state: str, fence: Fence, input_fp: str | None, *, whole_allowed: bool):
+    """The run's mark, operation ``key`` as the run wrote it and the joined rows
+    (:func:`tail_joined`), when a success of it may be checked against them instead of
+    reading them: the run wrote the operation under this lease, the observation is a move
+    it allows, and ``input_fp`` (if given) is the recorded one. While a whole verification
+    is asked (``chain.mark_whole``) only with ``whole_allowed`` and a mark that knows its
+    whole chain (ADR 0076). Else None: read and verify instead."""
+    mark = chain.mark_peek(fence)
+    op = None if mark is None else mark.touched.get(key)
+    whole = chain.whole_asked(fence)
+    if (
+        op is None
+        or (whole and (not whole_allowed or mark.genesis is None))
+        or op["lease"] != fence.key
+        or (input_fp is not None and input_fp != op["input_fp"])
+        or op["state"] == state
+        or not can_transition(op["state"], state)
+    ):
+        return None
+    tail = tail_joined(mark, whole=whole)  # None: a field the server cannot tell apart
+    return None if tail is None else (mark, op, tail)
+
+
+def observed_after(mark, key, state, revision, result_fp, fact_extra, projection_fp):
+    """The ``operation.observed`` fact of a success and its checkpoint after the run's
+    head (``chain.prepare``)."""
+    fact = {"operation": key, "state": state, "revision": revision, "result_fp": result_fp}
+    fact |= fact_extra
+    head = Head(*mark.head)
+    return fact, chain.prepare(mark.subject, head, "operation.observed", fact, projection_fp)
+
+
+def tail_joined(mark, *, whole: bool = False) -> list[Any] | None:
+    """The first parameters of ``recovery_lone_success``, ``recovery_tail_observe_record``
+    (migration 0026) and ``recovery_tail_observe`` (migration 0027): the subject, the
+    mark's checkpoint, then every checkpoint and every operation row past the mark as the
+    run wrote them, as two joined texts (:func:`joined_rows`) that each function compares
+    with the stored rows joined the same way. None when either cannot be joined: the
+    caller then reads and verifies the tail instead.
+
+    ``whole`` (a mark that knows its chain from the beginning, ``Mark.genesis``; only for
+    ``recovery_tail_observe``): every checkpoint and every operation of the subject, after
+    a mark at #0 — the whole chain (ADR 0076)."""
+    cps, ops = _tail_rows(mark, whole)
     checkpoints, operations = joined_rows(cps), joined_rows(ops)
     if checkpoints is None or operations is None:
         return None
     subject = mark.subject
-    return [subject.type, subject.id, mark.seq, mark.link, checkpoints, operations]
+    seq, link = (0, chain.EMPTY.link) if whole else (mark.seq, mark.link)
+    return [subject.type, subject.id, seq, link, checkpoints, operations]
 
 
-def _tail_rows(mark) -> tuple[list[list[str]], list[list[str]]]:
-    """The checkpoints and operation rows past the mark as the run wrote them, each row
-    its columns as texts, in the order the server's functions aggregate them."""
+def _tail_rows(mark, whole: bool = False) -> tuple[list[list[str]], list[list[str]]]:
+    """The checkpoints and operation rows past the mark as the run wrote them (``whole``:
+    all of them since the chain's beginning), each row its columns as texts, in the order
+    the server's functions aggregate them."""
     cps = [[str(c.seq), *c.row()[3:]] for c in mark.written]
+    if whole:
+        cps = [*mark.genesis, *cps]
+    touched = mark.ops | mark.touched if whole else mark.touched
     ops = [
-        [key, *(str(mark.touched[key][field]) for _, field in chain.COMPARED)]
-        for key in sorted(mark.touched)
+        [key, *(str(touched[key][field]) for _, field in chain.COMPARED)] for key in sorted(touched)
     ]
     return cps, ops
 

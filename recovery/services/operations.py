@@ -234,12 +234,22 @@ def operation_observe(
             "outcome_unknown."
         )
     state = str(state)
-    result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
+    result_fp = result_fingerprint(result)
     input_fp = None if input is None else fingerprint_value(FingerprintKind.INPUT, input)
-    extra: dict[str, Any] = {"by_fence": fence.fence, **({"by": by} if by else {})}
+    extra = observed_extra(fence, by)
     outermost = alone()
     if outermost and state in SUCCESS:  # one statement, the tail checked in it (ADR 0040)
         done = observe_alone(
+            key, state, fence, result_fp=result_fp, input_fp=input_fp, fact_extra=extra,
+            projection_fp=projection_fp,
+        )  # fmt: skip
+        if done is not None:
+            return done
+    elif state in SUCCESS:  # in the caller's transaction: one call, the tail checked in it
+        # (ADR 0076); imported here because tail_observe builds on this module's callers.
+        from .tail_observe import observe_in_tail
+
+        done, _ = observe_in_tail(
             key, state, fence, result_fp=result_fp, input_fp=input_fp, fact_extra=extra,
             projection_fp=projection_fp,
         )  # fmt: skip
@@ -251,6 +261,16 @@ def operation_observe(
         checkpoint = chain.prepare(done.subject, head, kind, fact, projection)
         chain.mark_wrote(fence, checkpoint, fact)
     return done
+
+
+def result_fingerprint(result: Any) -> str:
+    """The fingerprint an observation stores of a provider's answer ('' for none)."""
+    return "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
+
+
+def observed_extra(fence: Fence, by: str = "") -> dict[str, Any]:
+    """What an observation's fact carries besides the move: its fence, and its authority."""
+    return {"by_fence": fence.fence, **({"by": by} if by else {})}
 
 
 def _observe(key, state, fence, result_fp, input_fp, extra, projection_fp) -> RecordedOperation:

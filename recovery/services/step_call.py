@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import chain
-from ..canonical import FingerprintKind, fingerprint_value
 from ..chain import Head
 from ..db import atomic, one_call_steps, untouched
 from ..errors import RecoveryError, RecoveryValidationError
@@ -66,10 +65,17 @@ from ._ledger import (
     require_live,
     verified_head,
 )
-from .first_writes import FirstWrites, RowWrite
-from .leases import Fence
+from .first_writes import FirstWrites, RowWrite, WithParts
+from .leases import Fence, lease_release
 from .lone import json_text, tail_joined
-from .operations import _success_reads, _unchanged, operation_observe, operation_record
+from .operations import (
+    _success_reads,
+    _unchanged,
+    observed_extra,
+    operation_observe,
+    operation_record,
+    result_fingerprint,
+)
 from .step_parts import (
     _execute,
     _explained,
@@ -79,6 +85,7 @@ from .step_parts import (
     _remember,
     _tagged,
 )
+from .tail_observe import observe_in_tail
 
 __all__ = ["FirstWrites", "Observation", "RowWrite", "operation_observe_record"]
 
@@ -94,8 +101,18 @@ class Observation:
     projection_fp: str = ""
     by: str = ""
 
-    def write(self) -> RecordedOperation:
-        """Write it alone (:func:`operation_observe`; needs nothing of the caller's)."""
+    def write(self, first: FirstWrites | None = None) -> RecordedOperation:
+        """Write it alone (:func:`operation_observe`; needs nothing of the caller's).
+
+        ``first``: the caller's rows, written first in the same transaction — in front of
+        the observation's call when it is one (a success whose run knows its tail, ADR
+        0076), else as a statement of their own."""
+        if first is not None:
+            done, first = self._in_tail(first)
+            if done is not None:
+                return done
+            if first is not None:
+                first.write(self.fence)
         return operation_observe(
             key=self.key,
             state=self.state,
@@ -103,6 +120,40 @@ class Observation:
             result=self.result,
             projection_fp=self.projection_fp,
             by=self.by,
+        )
+
+    def write_and_release(
+        self, first: FirstWrites | None = None, parts: tuple | None = None
+    ) -> RecordedOperation:
+        """Write it as :meth:`write` does, then release the lease (``lease_release``, with
+        the caller's ``parts`` in its statement): the commit that ends a run.
+
+        When the caller's transaction has sent nothing yet and the observation is a
+        success whose run knows its rows (ADR 0076), everything is one statement sent
+        alone — the caller's rows, its parts, the success with its check, the release —
+        and the caller's commit is that statement. Else, or when that statement is refused
+        (it then wrote nothing), the same writes in the caller's transaction."""
+        if untouched():
+            extra, params = parts or ((), ())
+            done, _ = self._in_tail(WithParts(first, extra, params), release=True)
+            if done is not None:
+                return done
+        done = self.write(first=first)
+        lease_release(fence=self.fence, with_parts=parts)
+        return done
+
+    def _in_tail(self, first: FirstWrites, release: bool = False):
+        """``tail_observe.observe_in_tail`` of this observation, ``first`` in front."""
+        return observe_in_tail(
+            self.key,
+            self.state,
+            self.fence,
+            result_fp=result_fingerprint(self.result),
+            input_fp=None,
+            fact_extra=observed_extra(self.fence, self.by),
+            projection_fp=self.projection_fp,
+            first=first,
+            release=release,
         )
 
 
@@ -189,7 +240,7 @@ def _observation_prepared(cursor, observation: Observation):
         )
     state = str(state)
     result = observation.result
-    result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
+    result_fp = result_fingerprint(result)
     since = marked_since(observation.fence) if state in SUCCESS else None
     if state in SUCCESS:
         row, subject_rows, checkpoints, since = _success_reads(
@@ -258,6 +309,8 @@ def _tail_known(observation: Observation, record: dict[str, Any]):
     mark = chain.mark_peek(observation.fence)
     if mark is None or not mark.written or mark.subject != record["subject"]:
         return None
+    if chain.whole_asked(observation.fence):  # the whole chain is read instead (ADR 0076)
+        return None
     op = mark.touched.get(observation.key)
     state = observation.state
     if (
@@ -295,7 +348,7 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
     subject: Subject = mark.subject
     state = str(observation.state)
     result = observation.result
-    result_fp = "" if result is None else fingerprint_value(FingerprintKind.RESULT, result)
+    result_fp = result_fingerprint(result)
     revision = op["revision"] + 1
     observed_fact = _observed_fact(observation, state, revision, result_fp)
     observed = chain.prepare(

@@ -26,7 +26,7 @@ from .dispatch_write import _RECORDED, BLOCKING_ARRAY
 from .dispatch_write import why_not_recorded as _why_not_recorded
 from .leases import Fence
 from .lone import json_text
-from .operations import _check_record, _recorded_fact
+from .operations import _check_record, _recorded_fact, observed_extra
 
 
 def _tagged(exc: BaseException, part: str) -> BaseException:
@@ -42,8 +42,7 @@ def _observed_fact(observation, state: str, revision: int, result_fp: str) -> di
         "state": state,
         "revision": revision,
         "result_fp": result_fp,
-        "by_fence": observation.fence.fence,
-        **({"by": observation.by} if observation.by else {}),
+        **observed_extra(observation.fence, observation.by),
     }
 
 

@@ -130,9 +130,10 @@ def test_the_chained_steps_of_runs_at_once_commit_together(pool):
             runs.submit(claim)
         ids = [instance.pk for instance in instances]
         wait_for(lambda: _all_completed(ids), timeout=90, what="every instance completed")
-    # a's outcome with b's dispatch, then b's with c's: two commits of three steps each,
-    # one server transaction each (the checkpoints they wrote share their xmin).
-    assert (shared.commits, shared.statements) == (2, 2 * RUNS)
+    # a's outcome with b's dispatch, then b's with c's, then c's with the instance's end
+    # (one statement each, ADR 0076): three commits of three statements each, one server
+    # transaction each (the checkpoints they wrote share their xmin).
+    assert (shared.commits, shared.statements) == (3, 3 * RUNS)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT xmin::text, count(DISTINCT subject_id) FROM recovery_checkpoint "
@@ -140,7 +141,7 @@ def test_the_chained_steps_of_runs_at_once_commit_together(pool):
             [[str(pk) for pk in ids]],
         )
         together = cursor.fetchall()
-    assert len(together) == 2 and {runs for _, runs in together} == {RUNS}, together
+    assert len(together) == 3 and {runs for _, runs in together} == {RUNS}, together
     for instance in instances:
         assert chain_ok(instance)
         assert set(instance.tokens.values_list("state", flat=True)) == {"completed"}

@@ -118,24 +118,24 @@ def test_a_non_atomic_step_is_one_commit_of_two_statements_on_postgresql(setting
     # The lease and the load with step 1's dispatch; steps 1-4 each with the next dispatch;
     # step 5's outcome and the release, and the instance's instance.completed event (its
     # sequence number and its row: ADR 0032). No look for a stuck branch: the load found
-    # none and the run made none (``Run.stuck_at_load``). The steps
-    # that succeed and move on emit no event. On PostgreSQL a dispatch written alone
-    # inserts its operation and checkpoint in one statement, and a success written alone
-    # reads its operation, subject and chain in one (ADR 0035): one statement less each.
-    alone = int(one_call)
-    # On PostgreSQL the event's number and row are one statement, and so are step 5's
-    # move and the instance row (ADR 0044), and the observation's update and its
-    # checkpoint (ADR 0050); the release rides in the event's statement (ADR 0058).
-    event, last = (0, 4) if one_call else (2, 6)
+    # none and the run made none (``Run.stuck_at_load``). The steps that succeed and move
+    # on emit no event. On SQLite: step 5's move, the instance row, the observation's
+    # reads, update and checkpoint, the release, the event's number and row.
+    # On PostgreSQL one statement (ADR 0076): step 5's move, the instance row and the
+    # event's number and row in front of the success's call, which compares the whole
+    # chain with the run's instead of reading it (ADR 0038) and releases the lease.
+    ending = 1 if one_call else 9
     # Step 1's dispatch alone: on PostgreSQL the chain's read, then the step's move with
     # the operation and its checkpoint in one statement (ADR 0052, 0053); on SQLite the
     # step, the head, the operation, the checkpoint.
     first = 2 if one_call else 4
-    assert [len(c) for c in commits] == [3 + first, *per_step, last + 1 + event - alone]
+    assert [len(c) for c in commits] == [3 + first, *per_step, ending]
     assert not any("engine_incident" in sql for sql in commits[-1]), commits[-1]
-    if one_call:  # the event and the release: the last statement of the ending
-        assert "released AS (UPDATE recovery_lease" in commits[-1][-1], commits[-1]
-        assert 'INSERT INTO "events_event"' in commits[-1][-1], commits[-1]
+    if one_call:  # the ending's one statement: rows, event, success, release
+        [ending_sql] = commits[-1]
+        assert 'UPDATE "engine_instance"' in ending_sql, ending_sql
+        assert 'INSERT INTO "events_event"' in ending_sql, ending_sql
+        assert "recovery_tail_observe(" in ending_sql and "true::boolean)" in ending_sql, ending_sql
     for commit in commits[1:5]:
         assert sum(kind(sql) == "DISPATCH" for sql in commit) == 1
         assert sum("observe_record(" in sql for sql in commit) == int(one_call)

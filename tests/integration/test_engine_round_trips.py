@@ -126,7 +126,8 @@ def test_a_runs_chained_steps_are_one_round_trip_each(settings):
     assert len(chained) == 4, transactions
     sent = [sql for t in transactions for sql in t.statements]
     assert not any(sql.startswith("SELECT seq, link FROM") for sql in sent), sent
-    assert sum("FROM recovery_checkpoint" in sql and "UNION ALL" in sql for sql in sent) == 2
+    # The chain is read once, by step 1's dispatch: the ending compares it (ADR 0076).
+    assert sum("FROM recovery_checkpoint" in sql and "UNION ALL" in sql for sql in sent) == 1
     for transaction in chained:
         assert transaction.round_trips == 1, transaction
         assert len(transaction.statements) == 1, transaction
@@ -134,13 +135,15 @@ def test_a_runs_chained_steps_are_one_round_trip_each(settings):
         # for statements of at most 50 parameters; above that it parses the SQL again at
         # every step (migration 0018 packs the call's values for this).
         assert transaction.parameters[0] <= 50, transaction.parameters
-    # The ending: BEGIN, step 5's move with the instance row, the whole chain's read, the
-    # observation, the instance.completed event with the lease's release, COMMIT. No look
-    # for a stuck branch (the load found none) and no statement for the release alone
-    # (ADR 0059); it was eight.
+    # The ending: one statement alone, no BEGIN, no COMMIT (ADR 0076): step 5's move, the
+    # instance row and the instance.completed event in front of the observation's call,
+    # which compares the whole chain instead of reading it and releases the lease. No
+    # look for a stuck branch (the load found none). It was eight round trips, then six.
     ending = transactions[-1]
-    assert ending.round_trips == 6, ending
-    assert "released AS (UPDATE recovery_lease" in ending.statements[-2], ending
+    assert ending.round_trips == 1, ending
+    [sql] = ending.statements
+    assert "recovery_tail_observe(" in sql and 'INSERT INTO "events_event"' in sql, sql
+    assert max(ending.parameters) <= 50, ending.parameters
     total = sum(t.round_trips for t in transactions)
     print(f"\n5 non-atomic steps: {total} round trips in {len(transactions)} server transactions")
     for number, transaction in enumerate(transactions, 1):
@@ -162,7 +165,7 @@ def test_a_claimed_runs_first_commit_hands_over_and_loads_in_one_statement():
     first = transactions[0]
     assert first.round_trips == 5, first
     # Then step 1's success with step 2's dispatch alone, and the ending (ADR 0059).
-    assert [t.round_trips for t in transactions] == [5, 1, 6], transactions
+    assert [t.round_trips for t in transactions] == [5, 1, 1], transactions
     # The first dispatch joins the start node's rows to the operation's insert, whose
     # values go as one JSON parameter: within the 50 whose conversion psycopg caches.
     assert max(first.parameters) <= 50, first.parameters

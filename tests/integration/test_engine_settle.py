@@ -7,7 +7,7 @@ import pytest
 from govflow.engine.models import InstanceStatus, TokenState
 from recovery import api, chain
 from recovery.models import Operation
-from recovery.services import _ledger
+from recovery.services import _ledger, step_call, tail_observe
 from tests.engine_helpers import token_of
 from tests.flows import action, drive, linear, start
 from tests.providers.alpha import effects
@@ -18,9 +18,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def conflicting(monkeypatch, kind: str, times: int) -> list[str]:
     """Make the next ``times`` appends of ``kind`` lose the chain's compare-and-swap, as if
     another writer (a decision requested on another step) had appended first: a checkpoint
-    appended alone (``chain.append``) or with its operation's move in one statement
-    (PostgreSQL, ADR 0050)."""
+    appended alone (``chain.append``), with its operation's move in one statement
+    (PostgreSQL, ADR 0050), or by a success's call that checks its run's tail (PostgreSQL,
+    ADR 0076: its answer 'chain' raises the same conflict)."""
     real_append, real_swap = chain.append, _ledger._swap_and_append
+    real_tail = tail_observe.observe_in_tail
     lost = []
 
     def lose(appended_kind: str) -> None:
@@ -36,8 +38,14 @@ def conflicting(monkeypatch, kind: str, times: int) -> list[str]:
         lose(checkpoint.kind)
         return real_swap(cursor, swap, checkpoint)
 
+    def observe_in_tail(key, state, fence, **rest):
+        lose("operation.observed")
+        return real_tail(key, state, fence, **rest)
+
     monkeypatch.setattr(chain, "append", append)
     monkeypatch.setattr(_ledger, "_swap_and_append", swap_and_append)
+    monkeypatch.setattr(tail_observe, "observe_in_tail", observe_in_tail)
+    monkeypatch.setattr(step_call, "observe_in_tail", observe_in_tail)
     return lost
 
 

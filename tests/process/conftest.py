@@ -73,6 +73,11 @@ class Workspace:
     def reached(self, point: str) -> bool:
         return (self.pause_dir / f"{point}.reached").exists()
 
+    def parked(self, point: str) -> int:
+        """How many calls parked at ``point`` since it was paused."""
+        reached = self.pause_dir / f"{point}.reached"
+        return len(reached.read_text().splitlines()) if reached.exists() else 0
+
     def watch(self, *instance_ids: int) -> None:
         self.watched.extend(instance_ids)
 

@@ -177,7 +177,7 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
     ]
     ws.watch(*(instance.pk for instance in instances))
     wait_for(
-        lambda: ws.reached("after_effect") and effects.call_count() == runs,
+        lambda: ws.parked("after_effect") == runs and effects.call_count() == runs,
         timeout=60,
         what=f"{runs} run(s) of host-a's worker parked after step a's effect",
         explain=ws.report,
@@ -195,6 +195,8 @@ def test_a_paused_worker_keeps_its_lock_loses_its_lease_and_changes_nothing_when
 
     paused = time.monotonic()
     os.killpg(first.pgid, signal.SIGSTOP)
+    # Every process stopped before the pause point opens: none may slip through it.
+    wait_for(first.stopped, timeout=30, interval=0.01, what="host-a's processes stopped")
     ws.unpause("after_effect")  # what the paused worker finds when it resumes
     try:
         wait_for(
@@ -276,9 +278,10 @@ def test_a_worker_stopped_inside_its_step_transaction_is_taken_over_within_the_l
     stopped = clusters[host]
     paused = time.monotonic()
     os.killpg(stopped.pgid, signal.SIGSTOP)
+    wait_for(stopped.stopped, timeout=30, interval=0.01, what=f"{host}'s processes stopped")
     other = next(name for name in dirs if name != host)
     (Path(dirs[other]) / "in_atomic_step").unlink()  # the other host runs the step through
-    worker = int(reached[host].read_text())
+    worker = int(reached[host].read_text().split()[0])
     held = live_instance_leases(host)
     try:
         # What the other host's claim has to pass by: the stopped worker's transaction.

@@ -54,6 +54,7 @@ from .rows import StepRows, rows_in_one
 from .writes import (
     ROUTE_INCIDENT,
     check_move,
+    ending_write,
     moved_meanwhile,
     write_instance,
     write_pending,
@@ -139,6 +140,9 @@ class Run:
     """Step moves that ride in the instance row's statement (``update_token(later=)``)."""
     rows_wait: bool = False  # a flush may hold its rows for the ledger's call (ADR 0047)
     held_rows: StepRows | None = None  # and these it held (``writes.first_writes``)
+    ending: tuple[Any, StepRows | None] | None = None
+    """The success that ends the instance and the rows held for it, kept for the statement
+    that releases the lease (``writes.ending_keep``, ADR 0076)."""
     depth: int = 0  # commits open (``commit``): 1 inside the outermost only
 
     @property
@@ -186,15 +190,18 @@ class Run:
         try:
             with engine_commit():
                 yield
+                if self.pending or self.held_rows is not None:
+                    ending_write(self)  # written as made, before rows made after it
                 write_pending(self)  # left by no flush or dispatch: never dropped
                 if outermost and not self.released:
                     self._seal()
                     self._close_status()
+                ending_write(self)  # never dropped either
             if outermost:
                 self.load_closed()  # the run's first commit carries the handover (0042)
         except BaseException as exc:
             self.pending.clear()
-            self.held_rows = None
+            self.held_rows = self.ending = None
             if outermost:
                 self.recorded_projection = before
                 self.released = self.mark_cleared = False
@@ -222,6 +229,7 @@ class Run:
             return
         current = self.projection()
         if current != self.recorded_projection:
+            ending_write(self)  # the kept success goes first, as it was made
             projection_record(subject=self.subject, projection_fp=current, fence=self.fence)
             self.recorded_projection = current
 
@@ -232,7 +240,12 @@ class Run:
         moved = self.instance.status != self.committed_status
         if ended and rows_in_one():
             event = status_changed_parts(self, self.committed_status) if moved else None
-            lease_release(fence=self.fence, with_parts=event)
+            ending, self.ending = self.ending, None
+            if ending is None:
+                lease_release(fence=self.fence, with_parts=event)
+            else:  # the success, the event and the release: one statement (ADR 0076)
+                observation, held = ending
+                observation.write_and_release(first=held, parts=event)
             self.released = True
             return
         if moved:

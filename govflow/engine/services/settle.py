@@ -40,7 +40,7 @@ from .load import run_reload
 from .reconnect import DROPPED, Reconnect
 from .routing import after_seconds
 from .run import Run
-from .writes import rows_held, write_held
+from .writes import ending_keep, held_take, rows_held
 
 __all__ = [
     "MAX_DELAY",
@@ -182,8 +182,12 @@ def _settle_commit(run: Run, token: Token, node, action, key: str, result) -> Ne
             # as the whole commit (ADR 0051).
             next_step = dispatch_next(run, observed=observed, last=True)
             if not isinstance(next_step, Chain):
-                write_held(run)  # the rows held for a dispatch that did not come (0047)
-                observed.write()
+                # The rows held for a dispatch that did not come (ADR 0047) go in front of
+                # the success's own call, or alone before it; when this commit ends the
+                # instance, both go in the statement that releases the lease (ADR 0076).
+                held = held_take(run)
+                if not ending_keep(run, observed, held):
+                    observed.write(first=held)
         elif isinstance(result, Failed):
             retry_or_fail(run, token, action, result, expected=TokenState.EXECUTING, operation=key)
         elif isinstance(result, Pending):
@@ -214,15 +218,16 @@ def succeed(
     the observation that carries their fingerprint (one commit either way: the order only
     saves a checkpoint). With ``by`` (``"provider"``: its reconcile settled an uncertain
     step) the operation becomes ``effect_confirmed`` on that authority. With ``held`` the
-    observation is returned unwritten, and the rows of the step routed next are held
-    (``run.held_rows``): the caller writes them in this commit, alone (``write_held``, then
-    ``write()``) or with the next step's dispatch (``dispatch_next``, ADR 0047)."""
+    observation is returned unwritten, and the step rows its routing writes are held
+    (``run.held_rows``): the caller writes them in this commit, in front of the
+    observation's own call (``write(first=held_take(run))``, ADR 0076) or with the next
+    step's dispatch (``dispatch_next``, ADR 0047)."""
     output = dict(result.output)
     extra = dict(extra or {})
     reason = extra.pop("reason", "")
     run.success_follows = True  # an ending verifies its whole chain through it (ADR 0038)
     # Held too, the rows of the step routed next wait for the call that may dispatch it
-    # (ADR 0047); the caller sends them alone when it does not (``write_held``). Not a
+    # (ADR 0047); the caller sends them with the observation when it does not. Not a
     # linked run's start: its watch step is moved by id right after its flush.
     try:
         with rows_held(run, held and not is_linked_start(node, token)):

@@ -68,6 +68,9 @@ class Run(Protocol):
     pending: list[RowWrite]
     rows_wait: bool
     held_rows: StepRows | None
+    ending: tuple[Any, StepRows | None] | None
+    depth: int
+    released: bool
     stuck_at_load: bool | None
     stuck_since_load: bool
 
@@ -171,6 +174,34 @@ def write_pending(run: Run) -> None:
         write.write(run.fence)
 
 
+def ending_keep(run: Run, observation: Any, held: StepRows | None) -> bool:
+    """Keep ``observation`` (``recovery.api.Observation``, a success not yet written) and
+    the rows held for it (``held``) for the statement that closes the run's commit
+    (``Run._close_status``), when that commit ends the instance and releases its lease in
+    one statement (ADR 0059): they then go in it, and the ending is one statement (ADR
+    0076). False, and nothing kept, otherwise: the caller writes them now."""
+    ends = run.instance.status in TERMINAL_STATUSES and rows_in_one()
+    if run.depth != 1 or run.released or run.ending is not None or not ends:
+        return False
+    run.ending = (observation, held)
+    return True
+
+
+def ending_write(run: Run) -> None:
+    """Write the kept success (:func:`ending_keep`) now, its rows in front of it."""
+    ending, run.ending = run.ending, None
+    if ending is not None:
+        observation, held = ending
+        observation.write(first=held)
+
+
+def held_take(run: Run) -> StepRows | None:
+    """The rows a flush held, for the caller to write in front of its ledger call (or
+    alone); the run no longer holds them."""
+    held, run.held_rows = run.held_rows, None
+    return held
+
+
 def write_held(run: Run) -> None:
     """Send the rows a flush held for the ledger's call, now and alone (needs the caller's
     commit): no dispatch took them (ADR 0047)."""
@@ -234,9 +265,12 @@ def _rows_with_instance(run: Run, token: Token | None, values: dict[str, Any]) -
     pending, run.pending = run.pending, []
     instance = RowWrite(Instance, run.instance.pk, values, {}, EngineError)
     rows = StepRows(pending, token, instance, run.active)
-    if token is not None and run.rows_wait and run.held_rows is None:
+    # Held without a new step too when the step's success is written next: its call
+    # takes them (``settle``, ADR 0076).
+    if run.rows_wait and run.held_rows is None and (token is not None or run.success_follows):
         run.held_rows = rows
-        run.active[unsaved_key(token)] = token
+        if token is not None:
+            run.active[unsaved_key(token)] = token
         return
     rows.write(run.fence)
 

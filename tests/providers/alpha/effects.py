@@ -100,14 +100,16 @@ def reset(*, create: bool = False) -> None:
 def pause_point(name: str) -> None:
     """Block while the file ``$ALPHA_PAUSE_DIR/<name>`` exists (cross-process steering).
 
-    Writes ``<name>.reached`` first so a test knows the worker is parked right here.
+    Adds a line to ``<name>.reached`` first (its process id), one per call parked, so a
+    test knows how many are parked right here.
     """
     folder = os.environ.get("ALPHA_PAUSE_DIR")
     if not folder:
         return
     flag = Path(folder) / name
     if flag.exists():
-        (Path(folder) / f"{name}.reached").write_text(str(os.getpid()))
+        with (Path(folder) / f"{name}.reached").open("a") as reached:
+            reached.write(f"{os.getpid()}\n")
         while flag.exists():
             time.sleep(0.05)
 
