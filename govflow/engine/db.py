@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from django.db import connection as default_connection
 from django.db import connections, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, Func, Value
 from django.db.models.functions import Now
 
 from recovery.api import Dialect, atomic, dialect, dialect_of, joined
@@ -155,6 +156,28 @@ class Clock(Now):
         return self.as_sql(
             compiler, connection, template=dialect_of(connection).now, **extra_context
         )
+
+
+class ClockPlus(Func):
+    """The database clock ``delta`` from now, written as the clock itself is written: on
+    SQLite text to the millisecond (``strftime`` with a ``+N seconds`` modifier, as the
+    ledger's lease expiries are), elsewhere the clock plus an interval.
+
+    On SQLite the clock is text to the millisecond (``strftime('%f')``) and values are
+    compared as text: a sum written by Django to the microsecond (``…:05.123000``) compares
+    after the clock's own ``…:05.123``, so a step due at that instant was not due until the
+    next millisecond."""
+
+    template = "%(expressions)s"
+    output_field = DateTimeField()
+
+    def __init__(self, delta: dt.timedelta) -> None:
+        self.delta = delta
+        super().__init__(ExpressionWrapper(Clock() + Value(delta), output_field=DateTimeField()))
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        modifier = f"{self.delta.total_seconds():+.3f} seconds"
+        return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)", [modifier]
 
 
 @contextmanager

@@ -15,10 +15,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from ..db import clock
+from ..db import ClockPlus, clock
 from ..definitions import Spec
 from ..models import (
     DeliveryState,
@@ -67,15 +66,12 @@ def after_seconds(seconds: float):
 
 
 def clock_plus(delta: dt.timedelta | None):
-    """The database clock ``delta`` from now, as a value to write; the clock itself for no
-    time (or less): a step due now is due at once. On SQLite the clock is text to the
-    millisecond (``strftime('%f')``) and a sum is written by Django to the microsecond
-    (``2026-…:05.123000``), which compares after the clock's own ``…:05.123`` as text: a
-    poll due "in 0 seconds" was not due until the next millisecond, and a run that asked
-    within the same one stopped with it waiting."""
+    """The database clock ``delta`` from now, as a value to write (``db.ClockPlus``: at the
+    clock's own precision, so a step comes due exactly when the clock reaches it); the
+    clock itself for no time (or less): a step due now is due at once."""
     if delta is not None and delta <= dt.timedelta(0):
         return clock()
-    return ExpressionWrapper(clock() + Value(delta), output_field=DateTimeField())
+    return ClockPlus(delta)
 
 
 def new_row(model, **values: Any):
