@@ -180,6 +180,11 @@ class ClockPlus(Func):
         return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)", [modifier]
 
 
+def in_transaction() -> bool:
+    """Whether the engine's connection is inside a transaction (an atomic block)."""
+    return default_connection.in_atomic_block
+
+
 @contextmanager
 def engine_read() -> Iterator[None]:
     """Reads that belong together, such as a clock read and the query that uses it.

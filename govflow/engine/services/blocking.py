@@ -17,6 +17,7 @@ from recovery.api import (
     incident_report,
 )
 
+from ..db import in_transaction
 from ..models import InstanceStatus, KeptAnswer, Token
 from .load import run_reload
 from .routing import RouteError, Router
@@ -105,6 +106,17 @@ def integrity_stop_message(run: Run, exc: IntegrityViolation) -> str:
         incident = incident_report(subject=run.subject, reason=str(exc))
     run.integrity_incident = incident.pk
     return incident_message(incident.pk, str(exc)[:600])
+
+
+def chained_refusal_kept(run: Run, cause: IntegrityViolation) -> None:
+    """After a chained dispatch was refused (``dispatch.ChainedDispatchRefused``; its commit
+    rolled back, no transaction open): when the cause is a broken chain, found by the
+    verification a run's first dispatch makes (ADR 0052), open its integrity incident now.
+    The step's dispatch in a commit of its own verifies nothing (it only reads the head),
+    so without the incident it would go out on a chain nobody can vouch for; with it, the
+    ledger refuses that dispatch and the loop stops the instance."""
+    if isinstance(cause, ChainBroken) and not in_transaction():
+        run.integrity_incident = incident_open(verification=cause.result).pk
 
 
 def stop_for_integrity(run: Run, token: Token, exc: IntegrityViolation, note: str = "") -> None:

@@ -33,7 +33,7 @@ from ..outputs import output_problems
 from ..registry import ActionDefinition
 from ..results import Failed, Pending, Succeeded, Unknown
 from .answers import ladder_wait, late_answer_keep
-from .blocking import KEPT_NOTE, leave_or_block, stop_for_integrity
+from .blocking import KEPT_NOTE, chained_refusal_kept, leave_or_block, stop_for_integrity
 from .dispatch import Chain, ChainedDispatchRefused, Next, dispatch_next
 from .linked_watch import is_linked_start, watch_begin
 from .load import run_reload
@@ -91,9 +91,11 @@ def _settle_attempts(run: Run, token: Token, node, action, key: str, result) -> 
             if reload:
                 token, reload = _reloaded(run, token), False
             return _settle_commit(run, token, node, action, key, result)
-        except ChainedDispatchRefused:
+        except ChainedDispatchRefused as refused:
             # Only the next step's dispatch was refused: record this outcome without it;
-            # the loop then stops at that step in its own commit.
+            # the loop then stops at that step in its own commit (a broken chain's by the
+            # incident opened now).
+            chained_refusal_kept(run, refused.cause)
             run.no_chain, reload = True, True
         except IntegrityViolation as exc:
             # The outcome itself was refused (a success while an incident is open or the

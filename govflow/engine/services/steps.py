@@ -18,7 +18,7 @@ from recovery.api import IntegrityViolation, RecoveryMode, operation_record
 from ..models import Token, TokenState
 from ..registry import ActionDefinition
 from ..results import ActionContext, Failed, Succeeded, Unknown
-from .blocking import block, leave_or_block, stop_for_integrity
+from .blocking import block, chained_refusal_kept, leave_or_block, stop_for_integrity
 from .dispatch import (
     Chain,
     ChainedDispatchRefused,
@@ -88,9 +88,11 @@ def complete_wait(run: Run, token: Token, node: Mapping[str, Any]) -> Next:
             with rows_held(run):
                 leave_or_block(run, token)
             next_step = dispatch_next(run)
-    except ChainedDispatchRefused:
+    except ChainedDispatchRefused as refused:
         # The next step's dispatch was refused: complete this wait again without it; the
-        # loop then dispatches that step in its own commit, where the refusal stops it.
+        # loop then dispatches that step in its own commit, where the refusal stops it
+        # (a broken chain's by the incident opened now).
+        chained_refusal_kept(run, refused.cause)
         run.no_chain = True
         run_reload(run)
         return None
