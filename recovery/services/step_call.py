@@ -326,10 +326,11 @@ def _tail_known(observation: Observation, record: dict[str, Any]):
 
 _CALL_TAIL = (
     "SELECT recovery_tail_observe_record(%s, %s, %s::bigint, %s, %s, %s, %s, %s, %s::bigint, "
-    "%s, %s, %s::text[], %s, %s, %s, %s, %s, %s)"
+    "%s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s::boolean)"
 )
-"""18 parameters (migrations 0018, 0021, 0022): with the engine's step rows in front, a
-statement of 47, under psycopg's 50, so its conversion is cached."""
+"""19 parameters (migrations 0018, 0021, 0022, 0028): with the engine's step rows in
+front, a statement of 48, under psycopg's 50, so its conversion is cached. The last says
+whether the caller's rows in front checked the lease (migration 0028)."""
 
 
 def _call_tail(cursor, observation, known, record, projection_fp, first, *, alone=False):
@@ -370,6 +371,7 @@ def _call_tail(cursor, observation, known, record, projection_fp, first, *, alon
             ]
         ),
         *_recorded_arguments(record, key, values, observed, recorded, packed=True),
+        first is not None,  # its rows in front check the lease, and lock it (0028)
     ]
     refused = _execute(cursor, _CALL_TAIL, arguments, first, fence, alone)
     if alone and refused:

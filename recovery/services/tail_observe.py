@@ -88,4 +88,6 @@ def observe_in_tail(
     if refused:  # 'chain': the move was made, its checkpoint's position was taken
         raise chain.conflict(subject, checkpoint.seq)
     _remember(fence, mark, [(checkpoint, fact)])
+    if release:  # committed with the lease's release: its rows serve nothing any more
+        mark.genesis = None
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp), None

@@ -330,3 +330,21 @@ def run_sequence(subject, fence, moves) -> None:
 @given(moves=st.lists(st.sampled_from(MOVES), min_size=1, max_size=10))
 def test_both_paths_leave_the_same_rows_and_links(moves):
     same_rows_on_both_paths(run_sequence, moves)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the ledger's server functions")
+@pytest.mark.parametrize("checked", [None, False, True], ids=["previous", "alone", "checked"])
+def test_the_tail_call_of_this_and_of_the_previous_release_answer_alike(checked):
+    """Migration 0028 adds a 19-argument call (the caller's rows checked the lease) beside
+    the 18-argument one a worker of the previous release still sends: both refuse a tail
+    that is not the stored one, writing nothing."""
+    args = ["t.subject", "nowhere", 1, "0" * 64, "rows", "ops", "lease:x", "h", 1]
+    args += ['["op-x","dispatched","1","succeeded","","true","1","l"]', "[]", "{}", "t", "0"]
+    args += ["k", "[]", "{}", "{}"]
+    placeholders = ", ".join(["%s"] * len(args))
+    if checked is not None:
+        args.append(checked)
+        placeholders += ", %s::boolean"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT recovery_tail_observe_record({placeholders})", args)
+        assert cursor.fetchone()[0] == "tail"

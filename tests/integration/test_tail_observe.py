@@ -25,7 +25,7 @@ from govflow.engine.models import InstanceStatus, Token, TokenState
 from govflow.engine.registry import registry
 from govflow.events.models import Event
 from recovery import api, chain
-from recovery.chain import replay, written
+from recovery.chain import marks, replay, written
 from recovery.models import Checkpoint, IntegrityIncident, Lease, Operation
 from recovery.testing import chained_step, live_fence, new_subject, record
 from tests.flows import action, drive, linear, start
@@ -182,6 +182,9 @@ def test_an_ending_is_one_statement_its_event_written_and_its_lease_released():
     assert event.data["status"] == "completed" and event.data["previous_status"] == "running"
     lease = Lease.objects.get(key=f"instance:{instance.pk}")
     assert lease.holder is None and lease.released_at is not None
+    # The run is over: its mark keeps its place, not the whole chain it knew.
+    kept = [m for m in marks._marks.values() if m.subject == subject_of(instance.pk)]
+    assert kept and all(mark.genesis is None for mark in kept)
 
 
 def test_a_lease_lapsed_before_the_ending_writes_nothing_of_it():
