@@ -42,6 +42,7 @@ from .links import (
 from .marks import (
     Mark,
     mark_drop,
+    mark_forget,
     mark_keep,
     mark_peek,
     mark_whole,
@@ -82,6 +83,7 @@ __all__ = [
     "load_operations",
     "load_sealed",
     "mark_drop",
+    "mark_forget",
     "mark_forget_written",
     "mark_keep",
     "mark_peek",

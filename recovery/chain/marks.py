@@ -112,6 +112,17 @@ def mark_keep(fence, mark: Mark) -> None:
             _marks.popitem(last=False)
 
 
+def mark_forget(fence) -> None:
+    """Forget the mark of the run holding ``fence``: its lease was released, so no later
+    verification can use it (a new run takes a new fence). Kept, a mark would hold its
+    whole chain's rows (:attr:`Mark.genesis`) until newer marks pushed it out: up to
+    :data:`LIMIT` marks per process, of runs that ended. A whole verification asked of
+    the run (:func:`mark_whole`) stays asked: a commit that released the lease and rolled
+    back may be made again, and it must then still read the whole chain."""
+    with _lock:
+        _marks.pop(_slot(fence), None)
+
+
 def mark_whole(fence) -> None:
     """Ask the next verification of the run holding ``fence`` to cover the whole chain: not
     from its mark, nor from its subject's sealed mark (ADR 0038, 0066), until a mark is

@@ -23,11 +23,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from .. import chain
 from ..db import atomic, dialect, field_saver
 from ..errors import LeaseHeld, RecoveryValidationError, StaleFence
 from ..kept import default_db
@@ -243,6 +244,15 @@ def lease_release(
         cursor.execute(sql, [*params, fence.key, fence.holder, fence.fence])
         if (cursor.fetchone()[0] if parts else cursor.rowcount) != 1:
             raise _stale(fence, "release the lease")
+    mark_forget_when_released(fence)
+
+
+def mark_forget_when_released(fence: Fence) -> None:
+    """Once the caller's commit that released ``fence`` commits, forget the run's chain
+    mark (``chain.mark_forget``): no later run can use it. After the run's own pending
+    mark moves (``step_parts._remember``), made on the same commit before it; rolled back,
+    the lease is still the run's and so is its mark."""
+    transaction.on_commit(lambda: chain.mark_forget(fence))
 
 
 def lease_release_if_held(*, fence: Fence) -> bool:

@@ -28,7 +28,7 @@ from ..db import one_call_steps
 from ..kept import default_db
 from ._ledger import SUCCESS, RecordedOperation
 from .first_writes import FirstWrites
-from .leases import Fence
+from .leases import Fence, mark_forget_when_released
 from .lone import observed_after, tail_known
 from .step_parts import _execute, _remember
 
@@ -88,6 +88,6 @@ def observe_in_tail(
     if refused:  # 'chain': the move was made, its checkpoint's position was taken
         raise chain.conflict(subject, checkpoint.seq)
     _remember(fence, mark, [(checkpoint, fact)])
-    if release:  # committed with the lease's release: its rows serve nothing any more
-        mark.genesis = None
+    if release:  # committed with the lease's release: the run is over
+        mark_forget_when_released(fence)
     return RecordedOperation(key, subject, state, revision, checkpoint.seq, result_fp), None

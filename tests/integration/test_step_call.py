@@ -38,8 +38,8 @@ from govflow.engine.services.rows import separate_rows
 from govflow.engine.services.runtime import instance_run
 from govflow.engine.services.sweep import SWEEPER
 from govflow.engine.services.timers import timers_fire
-from recovery import api
-from recovery.chain import marks_clear, marks_of
+from recovery import api, chain
+from recovery.chain import mark_peek, marks_clear, marks_of
 from recovery.models import Checkpoint, IntegrityIncident, Lease, Operation
 from recovery.observations import Observation
 from tests.engine_helpers import alpha_write
@@ -99,6 +99,7 @@ def _next_id_is(pk: int, table: str = "engine_instance") -> None:
 
 def _forget(pk: int) -> None:
     """Remove every row of instance ``pk``, so the other path starts from the same place."""
+    _released.clear()
     where = {"subject_type": "govflow.instance", "subject_id": str(pk)}
     Observation.objects.filter(
         operation__subject_type=where["subject_type"], operation__subject_id=where["subject_id"]
@@ -141,9 +142,34 @@ def rows_of(pk: int) -> dict[str, Any]:
         "integrity": _values(IntegrityIncident.objects.filter(**where)),
         "incidents": _values(Incident.objects.filter(instance_id=pk).order_by("kind", "message")),
         "kept": _values(KeptAnswer.objects.filter(instance_id=pk).order_by("operation_key")),
-        # Where each run's verified mark stands (ADR 0034): the same verifications made.
-        "marks": marks_of(api.Subject("govflow.instance", str(pk))),
+        # Where each run's verified mark stood when the commit that released its lease
+        # forgot it, and where the marks of runs still holding one stand (ADR 0034): the
+        # same verifications made.
+        "marks": [
+            *(place for subject, place in _released if subject.id == str(pk)),
+            *marks_of(api.Subject("govflow.instance", str(pk))),
+        ],
     }
+
+
+_released: list[tuple[api.Subject, tuple[int, str]]] = []
+"""Each run's mark as the commit releasing its lease forgot it (``chain.mark_forget``)."""
+
+
+@pytest.fixture(autouse=True)
+def marks_at_release(monkeypatch):
+    forget = chain.mark_forget
+
+    def noted(fence):
+        mark = mark_peek(fence)
+        if mark is not None:
+            _released.append((mark.subject, (mark.seq, mark.link)))
+        forget(fence)
+
+    monkeypatch.setattr(chain, "mark_forget", noted)
+    _released.clear()
+    yield
+    _released.clear()
 
 
 def play(definition, outcomes: list[str], pk: int) -> dict[str, Any]:

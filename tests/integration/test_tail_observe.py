@@ -182,9 +182,30 @@ def test_an_ending_is_one_statement_its_event_written_and_its_lease_released():
     assert event.data["status"] == "completed" and event.data["previous_status"] == "running"
     lease = Lease.objects.get(key=f"instance:{instance.pk}")
     assert lease.holder is None and lease.released_at is not None
-    # The run is over: its mark keeps its place, not the whole chain it knew.
-    kept = [m for m in marks._marks.values() if m.subject == subject_of(instance.pk)]
-    assert kept and all(mark.genesis is None for mark in kept)
+    # The run is over: nothing it kept for its chain stays in the process's memory.
+    assert kept_marks(instance) == []
+
+
+def kept_marks(instance) -> list[marks.Mark]:
+    return [m for m in marks._marks.values() if m.subject == subject_of(instance.pk)]
+
+
+def test_a_run_that_ends_waiting_keeps_no_mark_and_the_next_run_verifies_from_the_seal():
+    """A run that leaves its instance waiting releases its lease: its mark (with the rows
+    of its whole chain) can serve no later run, which takes a new fence, and is forgotten
+    then, not when newer marks push it out. The next run verifies from the sealed mark."""
+    waits = linear(action("a"), {"id": "wait", "type": "timer", "duration": "PT1H"}, action("b"))
+    instance = drive(start(waits))
+    assert instance.status == InstanceStatus.WAITING
+    assert Lease.objects.get(key=f"instance:{instance.pk}").holder is None
+    assert kept_marks(instance) == []
+    Token.objects.filter(instance=instance, node_id="wait").update(state=TokenState.READY)
+    with CaptureQueriesContext(connection) as captured:
+        instance = drive(instance)
+    assert instance.status == InstanceStatus.COMPLETED
+    assert whole_reads(captured) == []  # from the seal, not the whole chain
+    assert api.chain_verify(subject_of(instance.pk)).ok
+    assert kept_marks(instance) == []
 
 
 def test_a_lease_lapsed_before_the_ending_writes_nothing_of_it():
