@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -313,11 +314,14 @@ def _print_throughput(r: dict[str, Any], out: Callable[[str], None]) -> None:
         )
         g_server, d_server = (r_["per_step"].get("server_cpu_ms") for r_ in (gfr, dbr))
         if g_server is not None and d_server is not None:
+            g_all, d_all = sum(g.values()) + g_server, sum(d.values()) + d_server
+            out(_row("  CPU ms in all, engine and server", _f(g_all, 2), _f(d_all, 2), ""))
             out(
                 _row(
-                    "  CPU ms in all, engine and server",
-                    _f(sum(g.values()) + g_server, 2),
-                    _f(sum(d.values()) + d_server, 2),
+                    "  cores busy (steps/s x CPU ms in all)",
+                    _f(gfr["steps_per_s"] * g_all / 1000, 2),
+                    _f(dbr["steps_per_s"] * d_all / 1000, 2),
+                    f"of {os.cpu_count()}; DBOS / GovFlow CPU per step {d_all / g_all:.2f}x",
                 )
             )
         out(
