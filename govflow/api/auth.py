@@ -1,8 +1,9 @@
 """Who is calling: an API key (``Authorization: Api-Key <key>``) or a signed-in user.
 
 A key acts for its tenant with its scopes. A signed-in user (the admin's session, for the
-browser; unsafe methods need the CSRF token) acts for every tenant, and each scope is
-checked as the model permission that stands for it (:mod:`govflow.api.scopes`).
+browser; unsafe methods need the CSRF token) acts for the tenants the desk gives them
+(their ``tenant:<name>`` groups, every tenant for a superuser: ADR 0018), and each scope
+is checked as the model permission that stands for it (:mod:`govflow.api.scopes`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
+
+from govflow.engine.tenancy import tenants_of
 
 from .models import ApiKey
 from .scopes import SCOPES, TASK_PERMISSION, KeyActor
@@ -90,7 +93,7 @@ class Principal:
 
     kind: str  # "api_key" or "session"
     label: str
-    tenant: str | None  # None: every tenant (a signed-in user)
+    tenants: frozenset[str] | None  # None: every tenant (a superuser's session)
     key: ApiKey | None = None
     user: object | None = None  # the signed-in user; None for a key
 
@@ -119,10 +122,12 @@ def principal_of(request: Request) -> Principal | None:
         return Principal(
             kind="api_key",
             label=f"API key {auth.name!r} ({auth.prefix})",
-            tenant=auth.tenant,
+            tenants=frozenset({auth.tenant}),
             key=auth,
         )
     user = request.user
     if user is not None and user.is_authenticated and not isinstance(user, KeyActor):
-        return Principal(kind="session", label=user.get_username(), tenant=None, user=user)
+        return Principal(
+            kind="session", label=user.get_username(), tenants=tenants_of(user), user=user
+        )
     return None

@@ -2,7 +2,7 @@
 
 A key carries a list of scopes and acts for one tenant. A user signed in to the admin (session
 authentication, for the browser) has no scopes: each scope is checked as the Django model
-permission beside it, and such a user acts for every tenant, as in the admin.
+permission beside it, and such a user acts for their tenants, as in the admin (ADR 0018).
 
 ``tasks:<topic>`` lets a key fetch, lock and report on the external tasks of one topic
 (``/api/v1/tasks/…``); a signed-in user needs ``engine.change_externaltask`` for it.

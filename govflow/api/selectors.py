@@ -1,8 +1,8 @@
 """The API's reads: querysets and small lookups, every one scoped to a tenant. No writes.
 
-``tenant=None`` means every tenant (a signed-in user); a key always passes its own. An
-object of another tenant is simply not in the queryset, so the views answer 404 for it
-exactly as for one that does not exist.
+``tenants`` is the caller's: a key's one tenant, a signed-in user's tenants (ADR 0018), or
+None for every tenant (a superuser). An object of another tenant is simply not in the
+queryset, so the views answer 404 for it exactly as for one that does not exist.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from recovery.api import (
     decisions_awaiting,
     operations_of,
 )
+
+Tenants = frozenset[str] | None
+"""The tenants a caller acts for; None: every tenant."""
 
 # A pending provider's step is ready (or waiting) with wait kind "poll" until it is asked
 # again at ``not_before``.
@@ -88,13 +91,13 @@ def definition_refusal(definition: Definition) -> str:
         return "its stored document is not readable JSON; restore it from the published file"
 
 
-def instances(tenant: str | None) -> QuerySet[Instance]:
+def instances(tenants: Tenants) -> QuerySet[Instance]:
     found = Instance.objects.select_related("definition")
-    return found if tenant is None else found.filter(tenant=tenant)
+    return found if tenants is None else found.filter(tenant__in=tenants)
 
 
-def instance_get(tenant: str | None, instance_id: int) -> Instance | None:
-    return instances(tenant).filter(pk=instance_id).first()
+def instance_get(tenants: Tenants, instance_id: int) -> Instance | None:
+    return instances(tenants).filter(pk=instance_id).first()
 
 
 def instance_steps(instance: Instance) -> list[Token]:
@@ -128,12 +131,12 @@ def instance_verify(instance: Instance) -> Verification:
     return chain_verify(subject_of(instance))
 
 
-def handoffs(tenant: str | None) -> QuerySet[Token]:
+def handoffs(tenants: Tenants) -> QuerySet[Token]:
     """Steps that wait for a person or a provider: outcome unknown, or a pending provider."""
     found = Token.objects.filter(OUTCOME_UNKNOWN | PENDING_PROVIDER).select_related(
         "instance", "instance__definition"
     )
-    return found if tenant is None else found.filter(instance__tenant=tenant)
+    return found if tenants is None else found.filter(instance__tenant__in=tenants)
 
 
 def awaiting_approval(handoff_tokens: QuerySet[Token], awaiting: bool) -> QuerySet[Token]:
@@ -182,11 +185,11 @@ def definition_check(document: Any) -> dict[str, Any]:
     }
 
 
-def task_get(tenant: str | None, task_id: int) -> ExternalTask | None:
-    """An external task visible to ``tenant`` (None: every tenant's)."""
+def task_get(tenants: Tenants, task_id: int) -> ExternalTask | None:
+    """An external task visible to a caller of ``tenants`` (None: every tenant's)."""
     qs = ExternalTask.objects.filter(pk=task_id)
-    if tenant is not None:
-        qs = qs.filter(tenant=tenant)
+    if tenants is not None:
+        qs = qs.filter(tenant__in=tenants)
     return qs.first()
 
 

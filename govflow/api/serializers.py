@@ -42,8 +42,9 @@ class TenantField(serializers.CharField):
         super().__init__(
             required=False,
             max_length=100,
-            help_text="Only for signed-in users, who act for every tenant: the tenant to act "
-            "for. An API key always acts for its own tenant (naming another is refused).",
+            help_text="For signed-in users: the tenant to act for, one of theirs (needed when "
+            "they have several). An API key always acts for its own tenant (naming another "
+            "is refused).",
             **kwargs,
         )
 
@@ -332,7 +333,17 @@ class Me(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["api_key", "session"])
     name = serializers.CharField()
     prefix = serializers.CharField(allow_null=True, help_text="The key's public id.")
-    tenant = serializers.CharField(allow_null=True, help_text="null: every tenant.")
+    tenant = serializers.CharField(
+        allow_null=True,
+        help_text="The key's tenant; for a signed-in user, their only tenant, or null when "
+        "they have several or none (see 'tenants').",
+    )
+    tenants = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="Every tenant this caller acts for, sorted; null: every tenant (a "
+        "superuser). Empty: none, so every list is empty and nothing can be changed.",
+    )
     scopes = serializers.ListField(child=serializers.CharField())
     expires_at = serializers.DateTimeField(allow_null=True)
 

@@ -21,7 +21,9 @@ def lookup(variables: Mapping[str, Any], path: str, default: Any = _MISSING) -> 
     for part in path.split("."):
         if isinstance(value, Mapping) and part in value:
             value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+        elif (
+            isinstance(value, list) and part.isascii() and part.isdigit() and int(part) < len(value)
+        ):
             value = value[int(part)]
         else:
             if default is _MISSING:

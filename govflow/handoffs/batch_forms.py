@@ -24,10 +24,22 @@ class StepIdsField(forms.Field):
 
     def to_python(self, value) -> list[int]:
         values = value if isinstance(value, (list, tuple)) else [value] if value else []
-        try:
-            return [int(v) for v in values]
-        except (TypeError, ValueError):
-            raise forms.ValidationError(_("The selection is malformed; select again.")) from None
+        ids = [int(v) if _is_id(v) else None for v in values]
+        if None in ids:
+            raise forms.ValidationError(_("The selection is malformed; select again."))
+        return ids
+
+
+ID_MAX = 2**63 - 1
+"""The largest id a row can have (a signed 64-bit key on PostgreSQL and SQLite)."""
+
+
+def _is_id(value) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return (
+        isinstance(value, str) and value.isascii() and value.isdigit() and 0 < int(value) <= ID_MAX
+    )
 
 
 class BatchTermsForm(forms.Form):

@@ -12,7 +12,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 def _device_for(user, token: str):
     """The device a code belongs to: six digits are the app's, anything else a recovery code."""
-    model = TOTPDevice if token.isdigit() and len(token) == 6 else StaticDevice
+    model = TOTPDevice if token.isascii() and token.isdigit() and len(token) == 6 else StaticDevice
     return model.objects.filter(user=user, confirmed=True).order_by("pk").first()
 
 

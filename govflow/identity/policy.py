@@ -1,7 +1,8 @@
 """Who must use a second factor, and which admin actions need one in this login.
 
 A user is *privileged* when they can approve decisions, resolve incidents, publish
-definitions, manage API keys or change anyone's permissions (or are a superuser). The
+definitions, migrate instances, register webhooks, manage API keys or change anyone's
+permissions (or are a superuser). The
 rule reads permissions, not group names, so a new group that grants one of them is covered
 without a change here. ``GOVFLOW_REQUIRE_2FA_FOR_ALL`` makes every staff user privileged
 for this purpose.
@@ -20,6 +21,10 @@ PRIVILEGED_PERMISSIONS = frozenset(
         # Engine incidents are resolved with the operate permission (handoffs.services.incidents).
         "engine.operate_instance",
         "engine.publish_definition",
+        "engine.migrate_instance",
+        "events.add_subscription",
+        "events.change_subscription",
+        "events.delete_subscription",
         "api.add_apikey",
         "api.change_apikey",
         "api.delete_apikey",
@@ -42,12 +47,30 @@ GATED_URL_NAMES = frozenset(
         "engine_instance_decision_reject",
         "engine_instance_approval",
         "engine_instance_incident_resolve",
+        # bulk triage: a batch of decisions requested, approved or rejected at once
+        "handoffs_decisionbatch_submit",
+        "handoffs_decisionbatch_approve",
+        "handoffs_decisionbatch_reject",
+        # compensations: a decision to compensate, and the outcome of an unknown one
+        "engine_instance_cmp_request",
+        "engine_instance_cmp_approve",
+        "engine_instance_cmp_outcome_request",
+        "engine_instance_cmp_outcome_approve",
+        # contract migrations: requested, approved or rejected by a second person
+        "engine_instance_migrate",
+        "engine_instance_migration_approve",
+        "engine_instance_migration_reject",
         # integrity incidents
         "recovery_integrityincident_resolution_request",
         "recovery_integrityincident_resolution_approve",
         "recovery_integrityincident_resolution_reject",
         # publishing definitions
         "engine_definition_upload",
+        # webhooks: where every event of a tenant is sent, and the secret that signs it
+        "events_subscription_add",
+        "events_subscription_change",
+        "events_subscription_delete",
+        "events_subscription_rotate",
         # API keys, users, groups, second-factor devices of others
         "api_apikey_add",
         "api_apikey_change",

@@ -8,9 +8,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from govflow.api.scopes import SCOPES
+from govflow.api.scopes import SCOPES, TASK_PERMISSION
 from govflow.engine.models import Definition, Instance, TriggerDelivery
 from tests.engine_helpers import user_with
+from tests.identity import verified_login
+from tests.tenancy import bind_only
 
 from .conftest import (
     ALL_SCOPES,
@@ -76,8 +78,8 @@ def test_lists_hold_only_the_keys_tenant(world, key_client):
     assert [h["id"] for h in handoffs] == [world.north_handoff]
 
 
-def test_a_signed_in_user_sees_every_tenant_with_the_model_permissions(world, django_user_model):
-    user = user_with(django_user_model, "viewer", "engine.view_instance")
+def test_a_signed_in_user_sees_their_tenants_with_the_model_permissions(world, django_user_model):
+    user = user_with(django_user_model, "viewer", "engine.view_instance")  # every test tenant
     client = client_with()
     client.force_login(user)
     instances = client.get("/api/v1/instances/").json()["results"]
@@ -88,6 +90,83 @@ def test_a_signed_in_user_sees_every_tenant_with_the_model_permissions(world, dj
         client.get(f"/api/v1/instances/{world.south_instance}/ledger/"), 403, "permission-denied"
     )
     assert "recovery.view_checkpoint" in problem["detail"]
+
+
+def every_scopes_user(django_user_model, username: str, *tenants: str):
+    """A signed-in user holding every scope's permission, working for ``tenants`` only."""
+    perms = {SCOPES[s][0] for s in SCOPES} | {TASK_PERMISSION}
+    user = user_with(django_user_model, username, *sorted(perms))
+    bind_only(user, *tenants)
+    return verified_login(client_with(), user)  # its writes are privileged: a second factor
+
+
+@pytest.mark.parametrize(("method", "path", "scope", "body"), OBJECT_ENDPOINTS)
+def test_a_signed_in_user_is_held_to_their_tenants_as_on_the_desk(
+    world, django_user_model, method, path, scope, body
+):
+    client = every_scopes_user(django_user_model, "northerner", "north")
+    before = counts()
+    theirs = call(client, method, world.fill(path, tenant="south"), body)
+    problem = assert_problem(theirs, 404, "not-found")
+    assert "does not exist, or is not visible to you" in problem["detail"]
+    assert counts() == before
+    if method == "get":
+        assert call(client, method, world.fill(path)).status_code == 200
+
+
+def test_a_signed_in_users_lists_hold_only_their_tenants(world, django_user_model):
+    client = every_scopes_user(django_user_model, "northerner", "north")
+    instances = client.get("/api/v1/instances/").json()["results"]
+    assert {i["id"] for i in instances} == {world.north_instance, world.north_uncertain}
+    handoffs = client.get("/api/v1/handoffs/").json()["results"]
+    assert [h["id"] for h in handoffs] == [world.north_handoff]
+    me = client.get("/api/v1/me/").json()
+    assert (me["kind"], me["tenant"], me["tenants"]) == ("session", "north", ["north"])
+
+    nobody = every_scopes_user(django_user_model, "unbound")
+    assert nobody.get("/api/v1/instances/").json()["results"] == []
+    assert nobody.get("/api/v1/handoffs/").json()["results"] == []
+    assert nobody.get(f"/api/v1/instances/{world.north_instance}/").status_code == 404
+    assert nobody.get("/api/v1/me/").json()["tenants"] == []
+
+
+def test_a_signed_in_user_starts_only_for_a_tenant_of_theirs(world, django_user_model):
+    user = user_with(django_user_model, "starter", "engine.start_instance")
+    bind_only(user, "north", "south")
+    client = client_with()
+    client.force_login(user)
+    body = {"definition": "tests.api_wait", "variables": {"ref": "R-1"}}
+    before = Instance.objects.count()
+    problem = assert_problem(
+        client.post("/api/v1/instances/", body, format="json"), 422, "validation-failed"
+    )
+    assert problem["errors"][0]["field"] == "tenant"
+    assert "north, south" in problem["errors"][0]["detail"]
+    problem = assert_problem(
+        client.post("/api/v1/instances/", {**body, "tenant": "east"}, format="json"),
+        403,
+        "permission-denied",
+    )
+    assert "do not work for the tenant 'east'" in problem["detail"]
+    assert Instance.objects.count() == before
+    response = client.post("/api/v1/instances/", {**body, "tenant": "south"}, format="json")
+    assert response.status_code == 201, response.json()
+    instance = Instance.objects.get(pk=response.json()["id"])
+    assert (instance.tenant, instance.started_by) == ("south", user)
+
+    bind_only(user, "north")  # one tenant: it is the one, unnamed
+    response = client.post("/api/v1/instances/", body, format="json")
+    assert Instance.objects.get(pk=response.json()["id"]).tenant == "north"
+
+    bind_only(user)
+    before = Instance.objects.count()
+    problem = assert_problem(
+        client.post("/api/v1/instances/", {**body, "tenant": "north"}, format="json"),
+        403,
+        "permission-denied",
+    )
+    assert "You work for no tenant" in problem["detail"]
+    assert Instance.objects.count() == before
 
 
 def test_a_signed_in_user_needs_the_csrf_token_for_changes(world, django_user_model):
@@ -102,21 +181,6 @@ def test_a_signed_in_user_needs_the_csrf_token_for_changes(world, django_user_mo
     )
     assert "CSRF" in problem["detail"]
     assert Instance.objects.count() == before
-
-
-def test_a_signed_in_user_names_the_tenant_and_starts_as_themselves(world, django_user_model):
-    user = user_with(django_user_model, "starter", "engine.start_instance")
-    client = client_with()
-    client.force_login(user)
-    body = {"definition": "tests.api_wait", "variables": {"ref": "R-1"}}
-    problem = assert_problem(
-        client.post("/api/v1/instances/", body, format="json"), 422, "validation-failed"
-    )
-    assert problem["errors"][0]["field"] == "tenant"
-    response = client.post("/api/v1/instances/", {**body, "tenant": "east"}, format="json")
-    assert response.status_code == 201, response.json()
-    instance = Instance.objects.get(pk=response.json()["id"])
-    assert (instance.tenant, instance.started_by) == ("east", user)
 
 
 def test_a_key_cannot_act_for_another_tenant(world, key_client):
@@ -169,6 +233,7 @@ def test_me_names_the_key_its_tenant_and_scopes(db):
         "name": "test integration",
         "prefix": key.prefix,
         "tenant": "north",
+        "tenants": ["north"],
         "scopes": ["instances:read", "tasks:billing"],
         "expires_at": None,
     }

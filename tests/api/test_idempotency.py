@@ -113,7 +113,7 @@ def test_keys_are_scoped_per_api_key(db, waiting_definition):
 def test_keys_are_scoped_per_signed_in_user(db, waiting_definition, django_user_model):
     from tests.engine_helpers import user_with
 
-    body = {**BODY, "tenant": "east"}
+    body = {**BODY, "tenant": "north"}
     clients = []
     for name in ("ann", "bob"):
         client = client_with()

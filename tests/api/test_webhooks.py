@@ -86,17 +86,29 @@ def test_pause_resume_and_rotate(keys):
     assert secret_of(row.secret_salt, row.secret_key_id) == rotated["secret"]
 
 
-def test_a_signed_in_user_names_the_tenant(django_user_model):
+def test_a_signed_in_user_names_a_tenant_of_theirs(django_user_model):
     from django.contrib.auth.models import Permission
     from rest_framework.test import APIClient
+
+    from tests.identity import verified_login
+    from tests.tenancy import bind_only
 
     user = django_user_model.objects.create_user(username="integrator", password="pw")
     user.user_permissions.set(
         Permission.objects.filter(codename__in=["change_subscription", "add_subscription"])
     )
-    client = APIClient()
-    client.force_login(user)
+    bind_only(user, "east", "west")
+    client = verified_login(APIClient(), user)  # registering a webhook is privileged
+    response = client.post(URL, {**HOOK, "tenant": "north"}, format="json")
+    assert response.status_code == 403, response.content  # not one of theirs
+    assert not Subscription.objects.exists()
     response = client.post(URL, {**HOOK, "tenant": "east"}, format="json")
     assert response.status_code == 201, response.content
     assert Subscription.objects.get().tenant == "east"
     assert Subscription.objects.get().created_by == user
+    unverified = APIClient()
+    unverified.force_login(user)
+    refused = unverified.post(URL, {**HOOK, "tenant": "west"}, format="json")
+    assert refused.status_code == 403
+    assert "second factor" in refused.json()["detail"]
+    assert Subscription.objects.count() == 1

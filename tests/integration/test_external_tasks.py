@@ -262,9 +262,14 @@ def test_extend_lock_keeps_a_live_lock_and_never_revives_an_expired_one():
 def test_fetch_is_limited_to_the_tenant_and_the_topics_asked_for():
     waiting_instance("north")
     waiting_instance("south")
-    assert [t.tenant for t in fetch("w1", tenant="south", max_tasks=5)] == ["south"]
+    waiting_instance("west")
+    assert [t.tenant for t in fetch("w1", tenants={"south"}, max_tasks=5)] == ["south"]
+    assert fetch("w1", tenants=set(), max_tasks=5) == []
     assert task_fetch_and_lock(topics=["other"], worker="w1", lock_seconds=5) == []
-    assert [t.tenant for t in fetch("w2", max_tasks=5)] == ["north"]
+    assert sorted(t.tenant for t in fetch("w2", tenants={"north", "east"}, max_tasks=5)) == [
+        "north"
+    ]
+    assert [t.tenant for t in fetch("w3", max_tasks=5)] == ["west"]
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,12 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from govflow.engine.models import InstanceStatus, TokenState
 from govflow.identity.middleware import LAST_SEEN_KEY
-from govflow.identity.policy import GATED_URL_NAMES, is_privileged
+from govflow.identity.policy import GATED_URL_NAMES, PRIVILEGED_PERMISSIONS, is_privileged
 from recovery.models import Decision
 from tests.flows import drive
 from tests.identity import totp_device, totp_now, verified_login
 
+from .test_desk_batches import checker, operator  # noqa: F401 (fixtures of bulk triage)
 from .test_engine_admin import blocked, decision_form, make_user, messages_of, url
 
 pytestmark = pytest.mark.django_db
@@ -116,6 +117,82 @@ def test_every_gated_name_is_a_url_of_the_admin():
     }
     missing = sorted(n for n in GATED_URL_NAMES if n not in names)
     assert not missing, f"gated URL names that no longer exist: {missing}"
+
+
+DECIDING_WORDS = frozenset(
+    {
+        "approve",
+        "approval",
+        "reject",
+        "request",
+        "submit",
+        "resolve",
+        "confirm",
+        "handoff",
+        "upload",
+        "migrate",
+        "rotate",
+    }
+)
+
+
+def admin_url_names() -> set[str]:
+    admin_urls = next(
+        p for p in get_resolver().url_patterns if getattr(p, "app_name", None) == "admin"
+    )
+    return {name for name in admin_urls.reverse_dict if isinstance(name, str)}
+
+
+def test_every_admin_view_that_decides_or_grants_needs_a_second_factor():
+    """A new deciding view (its URL name says approve, reject, request, …) or the add,
+    change or delete page of a model whose rights are privileged is gated, or this fails:
+    a list that has to be remembered is how bulk triage and compensations were missed."""
+    names = admin_url_names()
+    deciding = {n for n in names if DECIDING_WORDS & set(n.split("_"))}
+    granting = set()
+    for perm in PRIVILEGED_PERMISSIONS:
+        app, code = perm.split(".")
+        verb, _sep, model = code.partition("_")
+        if verb in {"add", "change", "delete"}:
+            granting |= {f"{app}_{model}_{v}" for v in ("add", "change", "delete")} & names
+    assert {"handoffs_decisionbatch_approve", "engine_instance_cmp_approve"} <= deciding
+    assert {"api_apikey_add", "events_subscription_change"} <= granting
+    ungated = sorted((deciding | granting) - GATED_URL_NAMES)
+    assert not ungated, (
+        f"deciding or granting admin views without the second-factor gate: {ungated}"
+    )
+
+
+def test_a_batch_approval_without_a_verified_second_factor_changes_nothing(operator, checker):  # noqa: F811
+    from govflow.handoffs.models import BatchState, DecisionBatch
+
+    from .test_desk_batches import previewed, submission, uncertain
+
+    steps = uncertain(2)
+    unverified = Client()
+    unverified.force_login(operator)
+    preview = previewed(unverified, steps)  # reading is never refused
+    submit = reverse("admin:handoffs_decisionbatch_submit")
+    refused = unverified.post(submit, submission(preview, steps), follow=True)
+    assert any("needs a second factor" in m for m in messages_of(refused))
+    assert not DecisionBatch.objects.exists()
+
+    verified = verified_login(Client(), operator)
+    verified.post(submit, submission(previewed(verified, steps), steps))
+    batch = DecisionBatch.objects.get()
+    checking = Client()
+    checking.force_login(checker)
+    approve = reverse("admin:handoffs_decisionbatch_approve", args=[batch.pk])
+    refused = checking.post(approve, follow=True)
+    assert any("needs a second factor" in m for m in messages_of(refused))
+    batch.refresh_from_db()
+    assert batch.state == BatchState.REQUESTED
+    assert not Decision.objects.filter(decided_by=checker).exists()
+
+    verified_login(checking, checker).post(approve)
+    batch.refresh_from_db()
+    assert batch.state == BatchState.APPROVED
+    assert Decision.objects.filter(decided_by=checker).count() == 2
 
 
 def test_the_login_asks_for_the_code_of_a_user_with_a_device(approver):

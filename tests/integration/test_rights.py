@@ -135,6 +135,14 @@ def test_adding_a_user_to_approver_in_the_admin_waits_for_a_second_administrator
     assert requested["via"] == "web" and requested["at"]
 
 
+def test_a_form_saved_twice_asks_for_the_grant_once(ada, bert):
+    client = verified_login(Client(), bert)
+    change_user(client, ada, groups=[role("Approver")])
+    change_user(client, ada, groups=[role("Approver")])
+    assert RightsChange.objects.count() == 1
+    assert len(trail("change_requested")) == 1
+
+
 def test_the_requester_cannot_confirm_their_own_rights_change(ada, bert):
     client = verified_login(Client(), bert)
     change_user(client, ada, groups=[role("Approver")])
@@ -276,6 +284,31 @@ def test_a_tenant_is_a_right_and_a_view_only_role_applies_at_once(ada, bert):
     assert RightsChange.objects.get().group == tenant
     auditor_fact = trail("group_added")[-1]
     assert (auditor_fact["group_name"], auditor_fact["right"]) == ("Auditor", False)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("Harmless", "tenant:north"), ("tenant:north", "Northerners"), ("tenant:north", "tenant:x")],
+)
+def test_a_group_is_not_renamed_into_or_out_of_a_tenant(ada, bert, old, new):
+    """One administrator must not give a tenant to a group's members by renaming it."""
+    group = Group.objects.create(name=old)
+    ada.groups.add(group)
+    url = reverse("admin:auth_group_change", args=[group.pk])
+    response = verified_login(Client(), bert).post(url, {"name": new, "permissions": []})
+    assert response.status_code == 200  # the form again, with the reason
+    assert "cannot be renamed" in response.content.decode()
+    group.refresh_from_db()
+    assert group.name == old
+    assert list(ada.groups.values_list("name", flat=True)) == [old]
+
+
+def test_a_group_outside_the_tenants_is_renamed_at_once(bert):
+    group = Group.objects.create(name="Night shift")
+    url = reverse("admin:auth_group_change", args=[group.pk])
+    verified_login(Client(), bert).post(url, {"name": "Late shift", "permissions": []})
+    group.refresh_from_db()
+    assert group.name == "Late shift"
 
 
 def test_api_key_creation_and_revocation_are_chained(bert):

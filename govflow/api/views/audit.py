@@ -31,7 +31,7 @@ class _InstanceScoped(ApiView):
     scopes = {"GET": "audit:read"}
 
     def instance(self, pk: int):
-        instance = selectors.instance_get(self.tenant, pk)
+        instance = selectors.instance_get(self.tenants, pk)
         if instance is None:
             raise self.not_found(f"Instance {pk}")
         return instance

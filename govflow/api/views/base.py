@@ -101,25 +101,41 @@ class ApiView(GenericAPIView):
         return principal
 
     @property
-    def tenant(self) -> str | None:
-        """The tenant whose objects this caller sees; None: every tenant."""
-        return self.principal.tenant
+    def tenants(self) -> frozenset[str] | None:
+        """The tenants whose objects this caller sees; None: every tenant (a superuser)."""
+        return self.principal.tenants
 
     def acting_tenant(self, named: str | None) -> str:
-        """The tenant a change is made for: the key's own, or the one a user names."""
+        """The tenant a change is made for: the key's own, or one of a user's (the one they
+        name, or their only one)."""
         principal = self.principal
-        if principal.tenant is not None:
-            if named and named != principal.tenant:
+        if principal.key is not None:
+            own = principal.key.tenant
+            if named and named != own:
                 raise exceptions.PermissionDenied(
-                    f"This API key acts for the tenant {principal.tenant!r} only; leave "
-                    "'tenant' out or name that one."
+                    f"This API key acts for the tenant {own!r} only; leave 'tenant' out or "
+                    "name that one."
                 )
-            return principal.tenant
-        if not named:
-            raise exceptions.ValidationError(
-                {"tenant": ["Signed-in users act for every tenant: name the tenant this is for."]}
+            return own
+        tenants = principal.tenants
+        if tenants is not None and not tenants:
+            raise exceptions.PermissionDenied(
+                "You work for no tenant, so you can change nothing here. An administrator "
+                "adds you to a tenant by its group 'tenant:<name>'."
             )
-        return named
+        if named:
+            if tenants is not None and named not in tenants:
+                raise exceptions.PermissionDenied(
+                    f"You do not work for the tenant {named!r}; yours: "
+                    f"{', '.join(sorted(tenants))}. Name one of them."
+                )
+            return named
+        if tenants is not None and len(tenants) == 1:
+            return next(iter(tenants))
+        yours = "every tenant" if tenants is None else ", ".join(sorted(tenants))
+        raise exceptions.ValidationError(
+            {"tenant": [f"You act for several tenants ({yours}): name the one this is for."]}
+        )
 
     def url(self, name: str, *args) -> str:
         return self.request.build_absolute_uri(reverse(f"api:{name}", args=args))

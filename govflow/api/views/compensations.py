@@ -103,7 +103,7 @@ class InstanceCompensations(ApiView):
         }
 
     def instance(self, pk: int):
-        instance = selectors.instance_get(self.tenant, pk)
+        instance = selectors.instance_get(self.tenants, pk)
         if instance is None:
             raise self.not_found(f"Instance {pk}")
         return instance

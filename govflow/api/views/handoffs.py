@@ -64,7 +64,7 @@ class HandoffList(ApiView):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator's
             return Token.objects.none()
-        return selectors.handoffs(self.tenant)
+        return selectors.handoffs(self.tenants)
 
     @extend_schema(
         tags=TAG,
@@ -99,7 +99,7 @@ class HandoffDetail(ApiView):
         responses=serializers.Handoff,
     )
     def get(self, request, pk: int):
-        token = selectors.handoffs(self.tenant).filter(pk=pk).first()
+        token = selectors.handoffs(self.tenants).filter(pk=pk).first()
         if token is None:
             raise self.not_found(f"Handoff {pk}")
         decision = selectors.open_decisions([token]).get(token.operation_key)

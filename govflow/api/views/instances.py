@@ -30,7 +30,7 @@ class InstanceList(ApiView):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator's
             return Instance.objects.none()
-        return selectors.instances(self.tenant)
+        return selectors.instances(self.tenants)
 
     @extend_schema(
         tags=TAG,
@@ -42,7 +42,7 @@ class InstanceList(ApiView):
             "`var.<path>=<value>`, e.g. `?var.applicant.name=Nowak`: the path is dotted "
             "names (letters, digits, '_'; at most 8 levels), at most 5 such filters; a "
             "value also matches the JSON true, false, null or integer it spells. A "
-            "signed-in user sees every tenant. Scope: instances:read."
+            "signed-in user sees their tenants'. Scope: instances:read."
         ),
         responses=serializers.InstanceSummary(many=True),
     )
@@ -108,7 +108,7 @@ class InstanceDetail(ApiView):
         responses=serializers.InstanceDetail,
     )
     def get(self, request, pk: int):
-        instance = selectors.instance_get(self.tenant, pk)
+        instance = selectors.instance_get(self.tenants, pk)
         if instance is None:
             raise self.not_found(f"Instance {pk}")
         return Response(serializers.InstanceDetail(instance_detail(self, instance)).data)
@@ -136,7 +136,7 @@ class InstanceCancel(ApiView):
         form = serializers.InstanceCancelRequest(data=request.data)
         form.is_valid(raise_exception=True)
         # The service does not know tenants: the API checks the instance is the caller's.
-        if selectors.instance_get(self.tenant, pk) is None:
+        if selectors.instance_get(self.tenants, pk) is None:
             raise self.not_found(f"Instance {pk}")
         instance_cancel(
             instance_id=pk, actor=self.request.user, reason=form.validated_data["reason"]

@@ -28,7 +28,7 @@ class MeView(ApiView):
         tags=TAG,
         operation_id="me",
         summary="Who am I",
-        description="The key (or signed-in user) this request was made with: its tenant "
+        description="The key (or signed-in user) this request was made with: its tenants "
         "and scopes. Any authenticated caller.",
         responses=serializers.Me,
     )
@@ -41,15 +41,20 @@ class MeView(ApiView):
                 "name": key.name,
                 "prefix": key.prefix,
                 "tenant": key.tenant,
+                "tenants": [key.tenant],
                 "scopes": sorted(key.scopes or ()),
                 "expires_at": key.expiry_date,
             }
         else:
+            tenants = principal.tenants
             data = {
                 "kind": "session",
                 "name": principal.label,
                 "prefix": None,
-                "tenant": None,
+                "tenant": next(iter(tenants))
+                if tenants is not None and len(tenants) == 1
+                else None,
+                "tenants": None if tenants is None else sorted(tenants),
                 "scopes": sorted(s for s in SCOPES if principal.allows(s)),
                 "expires_at": None,
             }

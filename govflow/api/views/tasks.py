@@ -55,7 +55,7 @@ class TaskView(ApiView):
         )
 
     def task(self, pk: int):
-        task = selectors.task_get(self.tenant, pk)
+        task = selectors.task_get(self.tenants, pk)
         if task is None:
             raise self.not_found(f"External task {pk}")
         self.require_topic(task.topic)
@@ -138,7 +138,7 @@ class FetchAndLock(TaskView):
             worker=data["worker_id"],
             lock_seconds=data["lock_duration"],
             max_tasks=data["max_tasks"],
-            tenant=self.tenant,
+            tenants=self.tenants,
         )
         tasks = [{**t.__dict__, "url": self.url("task-detail", t.id)} for t in locked]
         for task in tasks:

@@ -87,14 +87,15 @@ class TriggerDeliveryDetail(ApiView):
         operation_id="triggers_delivery_read",
         summary="Read a delivery",
         description="What became of a message you delivered: kept, or handed to a step. "
-        "Signed-in users name the tenant with ?tenant=. Scope: triggers:deliver.",
+        "Signed-in users of several tenants name one with ?tenant=. Scope: triggers:deliver.",
         parameters=[
             path_delivery_id,
             OpenApiParameter(
                 "tenant",
                 {"type": "string", "maxLength": 100},
                 OpenApiParameter.QUERY,
-                description="Signed-in users only: the tenant the delivery was made for.",
+                description="Signed-in users only: the tenant the delivery was made for (one of "
+                "theirs; needed when they have several).",
             ),
         ],
         responses=serializers.TriggerDelivery,

@@ -32,12 +32,12 @@ TAG = ["Webhooks"]
 SCOPE = "webhooks:manage"
 
 
-def subscriptions(tenant: str | None):
+def subscriptions(tenants: frozenset[str] | None):
     rows = Subscription.objects.annotate(
         pending=Count("deliveries", filter=Q(deliveries__state=DeliveryState.PENDING)),
         dead_letters=Count("deliveries", filter=Q(deliveries__state=DeliveryState.DEAD)),
     )
-    return rows if tenant is None else rows.filter(tenant=tenant)
+    return rows if tenants is None else rows.filter(tenant__in=tenants)
 
 
 class WebhookView(ApiView):
@@ -56,7 +56,7 @@ class WebhookView(ApiView):
         }
 
     def own(self, pk: int) -> Subscription:
-        row = subscriptions(self.tenant).filter(pk=pk).first()
+        row = subscriptions(self.tenants).filter(pk=pk).first()
         if row is None:
             raise self.not_found(f"Webhook subscription {pk}")
         return row
@@ -76,7 +76,7 @@ class WebhookList(WebhookView):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator's
             return Subscription.objects.none()
-        return subscriptions(self.tenant)
+        return subscriptions(self.tenants)
 
     @extend_schema(
         tags=TAG,

@@ -6,13 +6,31 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.utils.html import format_html
 
 
+class BoundedChangeList(ChangeList):
+    """Django's list, with a date outside what Python's dates hold (``?created_at__year=
+    9999`` or ``99999999999``) refused like any other bad filter (the list again, with
+    Django's "?e=1" notice) instead of failing the request: its date-hierarchy bounds
+    catch only a ``ValueError`` of the first date, not the next year's or an overflow."""
+
+    def get_filters(self, request):
+        try:
+            return super().get_filters(request)
+        except (ValueError, OverflowError) as e:
+            raise IncorrectLookupParameters(e) from e
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Visible to those with the view permission; nobody adds, edits or deletes rows here."""
+
+    def get_changelist(self, request, **kwargs):
+        return BoundedChangeList
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,7 @@ def _check_lock_seconds(lock_seconds: float) -> float:
     return float(lock_seconds)
 
 
-def _fetch_sql(tenant: str | None, one_topic: bool) -> str:
+def _fetch_sql(tenants: bool, one_topic: bool) -> str:
     """The fetch-and-lock statement. For one topic the pick is ``topic = %s``, so the
     index (topic, fetchable_at, id) yields the due rows in order and the scan stops at the
     LIMIT; for several it is a list (the due rows of those topics are sorted)."""
@@ -125,7 +126,7 @@ def _fetch_sql(tenant: str | None, one_topic: bool) -> str:
         f"UPDATE {table} SET state = %s, fence = fence + 1, worker = %s, "
         f"locked_at = {d.now}, lock_expires_at = {plus}, fetchable_at = {plus} "
         f"WHERE id IN (SELECT id FROM {table} WHERE state IN (%s, %s) "
-        f"AND topic {topic} {'AND tenant = %s ' if tenant is not None else ''}"
+        f"AND topic {topic} {f'AND tenant {d.id_in} ' if tenants else ''}"
         f"AND fetchable_at <= {d.now_once} ORDER BY fetchable_at, id LIMIT %s "
         f"{d.skip_locked}) "
         "RETURNING id, fence, topic, instance_id, node_id, tenant, variables, "
@@ -150,12 +151,13 @@ def task_fetch_and_lock(
     worker: str,
     lock_seconds: float,
     max_tasks: int = 1,
-    tenant: str | None = None,
+    tenants: Collection[str] | None = None,
 ) -> list[LockedTask]:
     """Lock up to ``max_tasks`` fetchable tasks of ``topics`` for ``worker`` (one statement).
 
-    ``tenant`` limits the pick to one tenant's tasks (an API key's); None takes every
-    tenant's. Owns its commit (the statement's own). Returns the locked tasks, oldest first.
+    ``tenants`` limits the pick to those tenants' tasks (an API key's one, a signed-in
+    user's); None takes every tenant's. Owns its commit (the statement's own). Returns the
+    locked tasks, oldest first.
     """
     seconds = _check_lock_seconds(lock_seconds)
     if type(max_tasks) is not int or not 1 <= max_tasks <= MAX_TASKS:
@@ -168,12 +170,12 @@ def task_fetch_and_lock(
     topics = sorted(set(topics))
     one = len(topics) == 1
     params += [TaskState.OPEN, TaskState.LOCKED, topics[0] if one else d.list_param(topics)]
-    params += [tenant] if tenant is not None else []
+    params += [d.list_param(sorted(tenants))] if tenants is not None else []
     params.append(max_tasks)
     # One statement is its own transaction (autocommit): no BEGIN and COMMIT round trips.
     # Inside a caller's transaction it joins that one.
     with connection.cursor() as cursor:
-        cursor.execute(_fetch_sql(tenant, one), params)
+        cursor.execute(_fetch_sql(tenants is not None, one), params)
         rows = cursor.fetchall()
     return sorted((_locked(row) for row in rows), key=lambda t: (t.lock_expires_at, t.id))
 

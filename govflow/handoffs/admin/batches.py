@@ -200,7 +200,7 @@ class DecisionBatchAdmin(ReadOnlyAdmin):
     def get_batch(self, request, object_id) -> DecisionBatch:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        batch = self.get_queryset(request).filter(pk=object_id).first()
+        batch = self.get_object(request, str(object_id))  # None for a malformed id too
         if batch is None:
             raise Http404(_("No decision batch has id %(id)s.") % {"id": object_id})
         return batch
@@ -293,6 +293,6 @@ def _previewed(pairs: list[str]) -> list[tuple[str, int]]:
     out = []
     for pair in pairs:
         key, _sep, revision = pair.rpartition(":")
-        if key and revision.isdigit():
+        if key and revision.isascii() and revision.isdigit():
             out.append((key, int(revision)))
     return out

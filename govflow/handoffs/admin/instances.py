@@ -228,7 +228,8 @@ class InstanceAdmin(StepActions, MigrationActions, CompensationActions, ReadOnly
         instance = self.get_instance(request, unquote(object_id))
         number = request.GET.get("page", "1")
         entries = instance_timeline_read(instance, instance_subject(instance.pk))
-        timeline = timeline_page(entries, int(number) if number.isdigit() else 1)
+        plain = number.isascii() and number.isdigit()  # "²" is a digit that int() refuses
+        timeline = timeline_page(entries, int(number) if plain else 1)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -14,11 +14,13 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.utils.translation import gettext as _
 
 from govflow.identity.models import RightsChangeKind
 
 from .policy import FLAGS, RightsDiff, group_grants, user_grants
 from .services import rights_change_request, self_grant_message
+from .tenants import TENANT_GROUP_PREFIX
 from .words import gives_words
 
 User = get_user_model()
@@ -95,14 +97,20 @@ def _is_self(form) -> bool:
 
 
 class RightsGroupAdmin(GroupAdmin):
-    """Django's group pages; a permission that is a right waits for a second administrator."""
+    """Django's group pages; a permission that is a right waits for a second administrator,
+    and a group is not renamed into or out of a tenant (its name is the tenant)."""
 
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
         return type(
             form.__name__,
             (_four_eyes_form(form),),
-            {"requester": request.user, "grants": _group_form_grants, "gives_requester": _member},
+            {
+                "requester": request.user,
+                "grants": _group_form_grants,
+                "gives_requester": _member,
+                "clean_name": _clean_group_name,
+            },
         )
 
     def save_related(self, request, form, formsets, change):
@@ -114,6 +122,29 @@ class RightsGroupAdmin(GroupAdmin):
             ]
         super().save_related(request, form, formsets, change)
         _request_all(request, diff, group=form.instance)
+
+
+def _clean_group_name(form) -> str:
+    """A tenant group's name is its members' tenant: renaming a group into, out of or
+    between ``tenant:`` names would give or take a tenant from every member at once, with no
+    rights change for a second administrator to confirm. Refused; a new group is the way."""
+    name = form.cleaned_data.get("name", "")
+    old = form.instance.name if form.instance.pk else None
+    if old is None or name == old:
+        return name
+    if old.startswith(TENANT_GROUP_PREFIX) or name.startswith(TENANT_GROUP_PREFIX):
+        raise forms.ValidationError(_rename_refused(old, name), code="tenant_group_rename")
+    return name
+
+
+def _rename_refused(old: str, new: str) -> str:
+    return _(
+        "The group “%(old)s” cannot be renamed to “%(new)s”: a group named "
+        "“%(prefix)s<tenant>” gives its members that tenant, so the rename would change the "
+        "tenants of all its members without a second administrator. Nothing was saved. "
+        "Create a group with the new name instead and add the members to it (each addition "
+        "waits for a second administrator); then remove them from the old one."
+    ) % {"old": old, "new": new, "prefix": TENANT_GROUP_PREFIX}
 
 
 def _group_form_grants(form) -> RightsDiff:

@@ -34,10 +34,21 @@ def rights_change_request(
     permission=None,
     flag: str = "",
 ) -> RightsChange:
-    """Record a grant that waits for a second administrator; nothing is applied."""
+    """Record a grant that waits for a second administrator; nothing is applied. The same
+    grant already waiting (a form saved twice) is that change, not a second one."""
     if user is not None and user.pk == requested_by.pk:
         raise RightsChangeError(self_grant_message(user))
     with transaction.atomic():
+        waiting = RightsChange.objects.filter(
+            state=RightsChangeState.PENDING,
+            kind=kind,
+            user=user,
+            group=group,
+            permission=permission,
+            flag=flag,
+        ).first()
+        if waiting is not None:
+            return waiting
         change = RightsChange.objects.create(
             kind=kind,
             user=user,
