@@ -21,6 +21,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django_filters.fields import IsoDateTimeField
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema_field
 
 from govflow.engine.models import Definition, Instance, InstanceStatus
 
@@ -56,7 +57,24 @@ class InstantFilter(django_filters.IsoDateTimeFilter):
 
 
 class IntegerFilter(django_filters.NumberFilter):
+    """A whole number between ``min_value`` and ``max_value``, documented with its bounds
+    (django-filter's ``NumberFilter`` also reads '1.5' and '1e3', and drf-spectacular
+    documents it as any number)."""
+
     field_class = forms.IntegerField
+
+    def __init__(self, *, min_value: int, max_value: int, **kwargs):
+        super().__init__(min_value=min_value, max_value=max_value, **kwargs)
+        extend_schema_field({"type": "integer", "minimum": min_value, "maximum": max_value})(self)
+
+
+class TextFilter(django_filters.CharFilter):
+    """An exact text of 1 to ``max_length`` characters, documented so (an empty value is
+    refused: ``FilterBackend``)."""
+
+    def __init__(self, *, max_length: int, **kwargs):
+        super().__init__(max_length=max_length, **kwargs)
+        extend_schema_field({"type": "string", "minLength": 1, "maxLength": max_length})(self)
 
 
 class StrictBooleanFilter(django_filters.ChoiceFilter):
@@ -67,7 +85,7 @@ class StrictBooleanFilter(django_filters.ChoiceFilter):
 
 
 class DefinitionFilter(django_filters.FilterSet):
-    key = django_filters.CharFilter(
+    key = TextFilter(
         field_name="key", max_length=120, help_text="Only versions of this definition key."
     )
 
@@ -81,7 +99,7 @@ class InstanceFilter(django_filters.FilterSet):
         choices=InstanceStatus.choices,
         help_text="Only instances in this status; repeat it for several.",
     )
-    definition = django_filters.CharFilter(
+    definition = TextFilter(
         field_name="definition__key",
         max_length=120,
         help_text="Only instances of this definition key.",

@@ -34,7 +34,12 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 257,
+        "pattern": r'^("[!-~]{1,255}"|[!-~]{1,255})$',
+    },
     OpenApiParameter.HEADER,
     required=False,
     description="Makes this request safe to send again: the same key with the same body "

@@ -129,8 +129,9 @@ class DefinitionDetail(DefinitionSummary):
     not_runnable_because = serializers.CharField(
         allow_blank=True, help_text="Why not, when not runnable ('' otherwise)."
     )
-    variables_schema = serializers.JSONField(
-        allow_null=True, help_text="The JSON Schema start variables must match, or null."
+    variables_schema = serializers.JSONField(  # any value, null included (no allow_null:
+        # drf-spectacular would add a null branch that the "any value" branch also matches)
+        help_text="The JSON Schema start variables must match, or null."
     )
     document = serializers.DictField(help_text="The published document.")
     contracts = serializers.DictField(

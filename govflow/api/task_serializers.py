@@ -120,7 +120,12 @@ class TaskReport(serializers.Serializer):
     applied = serializers.BooleanField(help_text="false: refused, kept as a late result.")
     refusal = serializers.CharField(allow_blank=True)
     message = serializers.CharField(allow_blank=True)
-    payload = serializers.JSONField(allow_null=True)
+    # Any JSON value, null included: the schema's "any value" holds null already (with
+    # allow_null, drf-spectacular would add a second branch that null also matches).
+    payload = serializers.JSONField(
+        help_text="What the worker sent with the report (the variables of a completion, "
+        "the details of a failure), or null."
+    )
     received_at = serializers.DateTimeField()
 
 

@@ -115,5 +115,5 @@ urlpatterns = [
         webhooks.WebhookRotateSecret.as_view(),
         name="webhook-rotate-secret",
     ),
-    re_path(r"^(?P<rest>.*)$", meta.not_found, name="not-found"),
+    re_path(r"^(?P<rest>[\s\S]*)$", meta.not_found, name="not-found"),
 ]

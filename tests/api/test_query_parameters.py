@@ -108,3 +108,55 @@ def test_public_endpoints_refuse_unknown_parameters_too(anon_client):
     response = anon_client.get("/api/v1/problems/?lang=de")
     assert_problem(response, 400, "malformed-request")
     assert anon_client.get("/api/v1/problems/").status_code == 200
+
+
+def test_a_method_the_endpoint_lacks_is_405_whatever_its_query(key_client, world):
+    path = f"/api/v1/instances/{world.north_instance}/"
+    for method in ("delete", "put", "patch"):
+        response = getattr(key_client, method)(f"{path}?x=1")
+        assert response.status_code == 405, (method, response.content)
+        assert "GET" in response["Allow"]
+
+
+@pytest.mark.parametrize("value", ["1.5", "1e3", "0", "-1", "abc"])
+def test_an_instance_filter_is_a_whole_number_of_an_instance(key_client, world, value):
+    response = key_client.get(f"/api/v1/handoffs/?instance={value}")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "malformed-request"
+
+
+def test_the_handoffs_of_one_instance(key_client, world):
+    instance = Instance.objects.get(tokens__pk=world.north_handoff)
+    found = key_client.get(f"/api/v1/handoffs/?instance={instance.pk}").json()["results"]
+    assert [h["id"] for h in found] == [world.north_handoff]
+
+
+@pytest.mark.parametrize(
+    "query", ["format=jsonl&format=json", "format=", "format=xml"], ids=["twice", "empty", "other"]
+)
+def test_the_audit_format_is_given_once_with_a_value(key_client, world, query):
+    response = key_client.get(f"/api/v1/instances/{world.north_instance}/audit/?{query}")
+    assert response.status_code == 400, response.content
+    assert "format" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("query", ["tenant=a&tenant=north", "tenant=", "tenant=" + "t" * 101])
+def test_a_deliverys_tenant_is_given_once_with_a_short_value(world, django_user_model, query):
+    from tests.engine_helpers import user_with
+
+    from .conftest import client_with
+
+    client = client_with()
+    client.force_login(user_with(django_user_model, "reader", "engine.add_triggerdelivery"))
+    response = client.get(f"/api/v1/triggers/deliveries/D-north/?{query}")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "malformed-request"
+
+
+def test_a_path_with_a_line_break_is_the_apis_not_found(key_client):
+    from django.urls import resolve
+
+    assert resolve("/api/v1/problems/a\n/").url_name == "not-found"
+    response = key_client.get("/api/v1/problems/a%0A/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/problem+json")

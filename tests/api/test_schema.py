@@ -79,3 +79,55 @@ def test_the_viewers_load_their_assets_from_this_server(anon_client, page):
         sources
     )
     assert "cdn." not in html and "jsdelivr" not in html and "unpkg" not in html
+
+
+def test_the_schema_states_the_limits_the_server_enforces(anon_client):
+    schema = anon_client.get("/api/v1/schema/").json()
+
+    def parameter(path: str, name: str, method: str = "get") -> dict:
+        op = schema["paths"][path][method]
+        [found] = [p for p in op.get("parameters", []) if p["name"] == name]
+        return found["schema"]
+
+    assert parameter("/api/v1/handoffs/", "instance") == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 999_999_999_999_999_999,
+    }
+    assert parameter("/api/v1/instances/", "definition_version") == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 2_147_483_647,
+    }
+    assert parameter("/api/v1/instances/", "definition")["minLength"] == 1
+    assert parameter("/api/v1/definitions/", "key") == {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 120,
+    }
+    key = parameter("/api/v1/instances/", "Idempotency-Key", "post")
+    assert (key["minLength"], key["maxLength"]) == (1, 257)
+    assert re.match(key["pattern"], "a1-b2") and re.match(key["pattern"], '"quoted"')
+    assert not re.match(key["pattern"], "has space") and not re.match(key["pattern"], "x" * 256)
+
+
+def test_a_value_that_may_be_null_has_one_schema_that_null_matches_once(anon_client):
+    """``oneOf: [{}, {"type": "null"}]`` is matched twice by null, so no null would be valid."""
+    schema = anon_client.get("/api/v1/schema/").json()
+
+    def any_value_branches(node, where="") -> list[str]:
+        found = []
+        if isinstance(node, dict):
+            if {} in node.get("oneOf", []):
+                found.append(where)
+            for key, value in node.items():
+                found += any_value_branches(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                found += any_value_branches(value, f"{where}/{index}")
+        return found
+
+    assert any_value_branches(schema) == []
+    components = schema["components"]["schemas"]
+    assert components["TaskReport"]["properties"]["payload"].get("type") is None
+    assert components["DefinitionDetail"]["properties"]["variables_schema"].get("type") is None

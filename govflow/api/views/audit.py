@@ -137,7 +137,7 @@ class InstanceAudit(_InstanceScoped):
     )
     def get(self, request, pk: int):
         instance = self.instance(pk)
-        wanted = request.query_params.get("format")
+        wanted = self.query_value("format")
         if wanted not in (None, "json", "jsonl"):
             raise ParseError("The query parameter 'format' is 'json' or 'jsonl'.")
         jsonl = wanted == "jsonl" or (wanted is None and request.accepted_media_type == JSONL)

@@ -71,6 +71,8 @@ class ApiView(GenericAPIView):
         return frozenset(names)
 
     def check_query(self, request) -> None:
+        if not hasattr(self, request.method.lower()):
+            return  # a method the endpoint lacks is a 405 (its Allow header), whatever it asks
         accepted = self.accepted_query(request.method)
         variables = self.case_variable_filters and request.method in _READS
         unknown = [
@@ -93,6 +95,21 @@ class ApiView(GenericAPIView):
                 for name in unknown
             ],
         )
+
+    def query_value(self, name: str, *, max_length: int = 100) -> str | None:
+        """The one value of the query parameter ``name``, or None when it is not given. Given
+        twice, empty or too long, it is a 400 that says so: the last of two values winning
+        silently would answer a question that was not asked."""
+        values = self.request.query_params.getlist(name)
+        if not values:
+            return None
+        value = values[0]
+        if len(values) > 1 or not value or len(value) > max_length or "\x00" in value:
+            raise exceptions.ParseError(
+                f"The query parameter {name!r} is given once, with a value of 1 to "
+                f"{max_length} characters (no NUL)."
+            )
+        return value
 
     @property
     def principal(self) -> Principal:

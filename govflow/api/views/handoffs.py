@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from govflow.engine.models import Token
 
 from .. import selectors, serializers
-from ..filters import FilterBackend, StrictBooleanFilter
+from ..filters import FilterBackend, IntegerFilter, StrictBooleanFilter
 from ..pagination import IdCursorPagination
 from ..schema import path_id
 from .base import ApiView
@@ -37,7 +37,7 @@ class HandoffFilter(django_filters.FilterSet):
         help_text="true: only those with a decision awaiting a second person's approval; "
         "false: only those without.",
     )
-    instance = django_filters.NumberFilter(
+    instance = IntegerFilter(
         field_name="instance_id",
         min_value=1,
         max_value=999_999_999_999_999_999,

@@ -101,10 +101,7 @@ class TriggerDeliveryDetail(ApiView):
         responses=serializers.TriggerDelivery,
     )
     def get(self, request, delivery_id: str):
-        named = request.query_params.get("tenant")
-        if named is not None and (len(named) > 100 or "\x00" in named):
-            raise ValidationError({"tenant": ["A tenant is at most 100 characters."]})
-        tenant = self.acting_tenant(named)
+        tenant = self.acting_tenant(self.query_value("tenant"))
         found = selectors.delivery_get(stored_id(tenant, delivery_id))
         if found is None:
             raise self.not_found(f"The delivery {delivery_id!r}")
