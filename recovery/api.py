@@ -76,7 +76,7 @@ from .projections import (
     projection_register,
     projection_start_statement,
 )
-from .schemas import schema_problems, schema_validator
+from .schemas import schema_pattern_problem, schema_problems, schema_validator
 from .selectors import (
     LeaseView,
     OperationStanding,
@@ -384,6 +384,7 @@ __all__ = [
     "provider_findings",
     "revision_require",
     "rows_as",
+    "schema_pattern_problem",
     "schema_problems",
     "schema_validator",
     "sent_alone",

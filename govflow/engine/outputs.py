@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from recovery.api import CanonicalError, canonical_bytes, schema_problems
+from recovery.api import CanonicalError, canonical_bytes, schema_pattern_problem, schema_problems
 
 __all__ = [
     "ResultField",
@@ -45,6 +45,9 @@ def check_output_schema(schema: Any) -> str:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         return f"output_schema is not a valid JSON Schema: {exc.message}"
+    patterns = schema_pattern_problem(schema)
+    if patterns:
+        return f"output_schema: {patterns}"
     if schema.get("type") != "object":
         return (
             'output_schema must describe an object ("type": "object"): a success returns '

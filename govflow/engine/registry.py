@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 from django.apps import apps
 
-from recovery.api import RecoveryMode
+from recovery.api import RecoveryMode, schema_pattern_problem
 
 from .outputs import check_output_schema
 from .results import ActionContext, Result
@@ -165,6 +165,9 @@ def validate_action(action: ActionDefinition) -> None:
         raise RegistryError(
             f"{where}: input_schema is not a valid JSON Schema: {exc.message}"
         ) from None
+    patterns = schema_pattern_problem(action.input_schema)
+    if patterns:
+        raise RegistryError(f"{where}: input_schema: {patterns}")
     if action.output_schema is not None:
         problem = check_output_schema(action.output_schema)
         if problem:

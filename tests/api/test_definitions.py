@@ -165,3 +165,20 @@ def test_a_definition_changed_in_the_database_reads_as_not_runnable(key_client, 
     assert body["runnable"] is False
     assert "no longer matches the fingerprint it was published with" in body["not_runnable_because"]
     assert body["document"] == {} and body["variables_schema"] is None
+
+
+def test_a_variables_pattern_that_can_backtrack_forever_is_refused_at_publish(key_client):
+
+    schema = {
+        "type": "object",
+        "properties": {"ref": {"type": "string", "pattern": "^(?!X)[A-Z]+$"}},
+    }
+    document = linear(action("a"), key="tests.lookahead", version=1, variables_schema=schema)
+    problem = assert_problem(
+        key_client.post("/api/v1/definitions/", document, format="json"), 422, "validation-failed"
+    )
+    details = " ".join(e["detail"] for e in problem["errors"])
+    assert "'^(?!X)[A-Z]+$' cannot be matched in linear time" in details
+    assert Definition.objects.count() == 0
+    schema["properties"]["ref"]["pattern"] = "^[A-WYZ][A-Z]*$"
+    assert key_client.post("/api/v1/definitions/", document, format="json").status_code == 201

@@ -7,7 +7,7 @@ from typing import Any
 import jsonschema
 from referencing.exceptions import Unresolvable
 
-from recovery.api import schema_validator
+from recovery.api import schema_pattern_problem, schema_validator
 
 
 def schema_errors(schema: Any, value: Any) -> list[jsonschema.ValidationError]:
@@ -47,6 +47,9 @@ def schema_problem(schema: Any) -> str:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         return exc.message
+    patterns = schema_pattern_problem(schema)
+    if patterns:
+        return patterns
     outside = _outside_reference(schema)
     if outside:
         return (
