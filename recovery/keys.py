@@ -88,7 +88,7 @@ class ChainKeys:
         return self.keys.get(key_id)
 
 
-_KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+_KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}\Z")
 
 
 def parse_chain_keys(raw: str, *, secret_key: str) -> ChainKeys:

@@ -28,8 +28,8 @@ from govflow.engine.models import Definition, Instance, InstanceStatus
 from .problems import ApiProblem
 
 VAR_PREFIX = "var."
-VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-VAR_INTEGER = re.compile(r"^-?[0-9]{1,15}$")
+VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}\Z")
+VAR_INTEGER = re.compile(r"^-?[0-9]{1,15}\Z")
 MAX_VAR_FILTERS = 5
 MAX_VAR_DEPTH = 8
 MAX_VAR_VALUE = 200

@@ -14,8 +14,8 @@ from urllib.parse import parse_qsl
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import CursorPagination
 
-_POSITION = re.compile(r"^[0-9]{1,18}$")
-_PAGE_SIZE = re.compile(r"^[0-9]{1,3}$")
+_POSITION = re.compile(r"^[0-9]{1,18}\Z")
+_PAGE_SIZE = re.compile(r"^[0-9]{1,3}\Z")
 _FIELDS = frozenset({"o", "r", "p"})
 """What a cursor this API gives out holds (DRF's ``encode_cursor``): offset, reverse, position."""
 

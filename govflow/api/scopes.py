@@ -54,7 +54,7 @@ SCOPES: dict[str, tuple[str, str]] = {
     ),
 }
 TASK_PERMISSION = "engine.change_externaltask"
-TASK_SCOPE = re.compile(r"^tasks:[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+TASK_SCOPE = re.compile(r"^tasks:[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 
 # The engine's permissions an API key holds through its scopes (the services check
 # ``actor.has_perm``; a key's actor answers from its scopes). Each view checks its own

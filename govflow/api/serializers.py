@@ -15,7 +15,7 @@ from govflow.engine.models import InstanceStatus, TokenState
 
 from .request_shape import RequestShape
 
-DELIVERY_ID = re.compile(r"^[A-Za-z0-9._~-]{1,99}$")
+DELIVERY_ID = re.compile(r"^[A-Za-z0-9._~-]{1,99}\Z")
 
 
 class Problem(serializers.Serializer):

@@ -33,8 +33,8 @@ __all__ = [
     "registry",
 ]
 
-NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-CHECK_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\Z")
+CHECK_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
 
 
 class RegistryError(ValueError):
@@ -61,7 +61,7 @@ class VerificationCheck:
 
 
 COMPENSATION_APPROVALS = ("automatic", "operator")
-SOURCE = re.compile(r"^(input|output)(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+SOURCE = re.compile(r"^(input|output)(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 
 
 @dataclass(frozen=True)

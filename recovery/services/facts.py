@@ -32,7 +32,7 @@ from ..subjects import Subject
 __all__ = ["INCIDENT_TRAIL", "fact_append", "facts_read", "incident_fact_append", "incident_trail"]
 
 # Namespaced like "engine.contract_migrated"; the ledger's own namespaces are reserved.
-KIND = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_.]*$")
+KIND = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_.]*\Z")
 RESERVED = ("operation.", "decision.", "incident.", "compensation.")
 INCIDENT_TRAIL = "recovery.incident"
 

@@ -61,7 +61,7 @@ __all__ = [
 
 S = OperationState
 _OP = OP_TABLE
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def _require_fp(name: str, value: str, *, blank: bool = False) -> None:

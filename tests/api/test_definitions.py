@@ -182,3 +182,41 @@ def test_a_variables_pattern_that_can_backtrack_forever_is_refused_at_publish(ke
     assert Definition.objects.count() == 0
     schema["properties"]["ref"]["pattern"] = "^[A-WYZ][A-Z]*$"
     assert key_client.post("/api/v1/definitions/", document, format="json").status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"key": "tests.nl\n"}, "'key' must be"),
+        ({"nodes_0_id": "start\n"}, "id"),
+        ({"trigger": {"message": "m" * 201}}, "1 to 200 printable characters"),
+        ({"trigger": {"message": "line\nbreak"}}, "1 to 200 printable characters"),
+        ({"trigger": {"correlation": "ref." + "9" * 5000}}, "'correlation' must be"),
+        ({"approval": {"permission": "engine." + "p" * 300}}, "each part at most 100"),
+    ],
+    ids=["key-newline", "node-newline", "long-message", "message-newline", "long-path", "perm"],
+)
+def test_a_document_no_step_could_serve_is_refused_before_anything_is_stored(
+    key_client, change, words
+):
+    from tests.engine_helpers import node
+
+    nodes = [action("a")]
+    if "trigger" in change:
+        nodes.append(
+            node("w", "trigger", **{"message": "m", "correlation": "ref", **change.pop("trigger")})
+        )
+    if "approval" in change:
+        nodes.append(node("p", "approval", **change.pop("approval")))
+    document = linear(*nodes, key="tests.hostile", version=1)
+    if "nodes_0_id" in change:
+        old = document["nodes"][0]["id"]
+        document["nodes"][0]["id"] = change.pop("nodes_0_id")
+        for t in document["transitions"]:
+            t["from"] = document["nodes"][0]["id"] if t["from"] == old else t["from"]
+    document.update(change)
+    response = key_client.post("/api/v1/definitions/", document, format="json")
+    problem = assert_problem(response, 422, "validation-failed")
+    assert words in " ".join(e["detail"] for e in problem["errors"]), problem
+    assert Definition.objects.count() == 0
+    assert key_client.get("/api/v1/definitions/").status_code == 200

@@ -24,7 +24,7 @@ from typing import Any
 
 from .limits import MAX_TITLE, VAR_PATH
 
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}\Z")
 MAX_CASE_FIELDS = 8
 MAX_VALUE = 200
 FIELD_KEYS = {"title", "path", "labels"}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-KEY = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}$")
-PERMISSION = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
-VAR_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+KEY = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\Z")
+NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}\Z")
+# Django's columns: an app label and a codename of at most 100 characters each.
+PERMISSION = re.compile(r"^[a-z_][a-z0-9_]{0,99}\.[a-z_][a-z0-9_]{0,99}\Z")
+VAR_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z0-9_]{1,100}){0,31}\Z")
 # An external task's topic: what a worker fetches, and the API scope ``tasks:<topic>``.
-TOPIC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+TOPIC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 OPS = {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "exists", "truthy"}
 # A timer due beyond this is surely a typo, and would overflow date-times (year 9999).
 MAX_TIMER = dt.timedelta(days=36525)

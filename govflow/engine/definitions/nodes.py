@@ -10,6 +10,7 @@ from django.utils.dateparse import parse_datetime, parse_duration
 
 from ..linked import run_providers
 from ..registry import ActionRegistry, compensation_problem
+from ..waitkeys import MESSAGE_MAX
 from .limits import (
     COMPENSATE_ON,
     LINKED_ON_FAILURE,
@@ -189,8 +190,17 @@ def _check_duration(where: str, duration: Any, problems: Problems) -> None:
 
 
 def _check_trigger(where: str, node: dict, problems: Problems, registry) -> None:
-    if not isinstance(node.get("message"), str) or not node.get("message"):
-        problems.append(f"{where}: 'message' must be a non-empty message name.")
+    message = node.get("message")
+    if (
+        not isinstance(message, str)
+        or not message.strip()
+        or len(message) > MESSAGE_MAX
+        or not message.isprintable()
+    ):
+        problems.append(
+            f"{where}: 'message' must be a message name of 1 to {MESSAGE_MAX} printable "
+            "characters (a delivery carries at most that many)."
+        )
     if not isinstance(node.get("correlation"), str) or not VAR_PATH.match(
         node.get("correlation") or ""
     ):
@@ -226,7 +236,10 @@ def _check_external_task(where: str, node: dict, problems: Problems, registry) -
 
 def _check_approval(where: str, node: dict, problems: Problems, registry) -> None:
     if not PERMISSION.match(str(node.get("permission", ""))):
-        problems.append(f"{where}: 'permission' must be 'app_label.codename'.")
+        problems.append(
+            f"{where}: 'permission' must be 'app_label.codename' (lowercase letters, digits "
+            "and '_', each part at most 100 characters)."
+        )
 
 
 def _check_linked_run(where: str, node: dict, problems: Problems, registry) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ from ..models import (
 )
 from ..states import TOKEN_ACTIVE
 from ..variables import MissingVariable, build_input, evaluate, lookup
+from ..waitkeys import CORRELATION_MAX, WAIT_KEY_MAX, correlation_text, message_key
 
 ACTIVE = TOKEN_ACTIVE
 
@@ -200,14 +202,28 @@ class Router:
             raise RouteError(
                 f"trigger '{node_id}': {exc}; it identifies the awaited message"
             ) from None
-        wait_key = f"{node['message']}:{correlation}"
+        text = correlation_text(correlation)
+        if text is None:
+            raise RouteError(
+                f"trigger '{node_id}': the correlation value of '{node['correlation']}' is "
+                f"{json.dumps(correlation)[:80]}; a message is correlated by a string or a whole "
+                "number. Start the instance with such a value, or correlate by another variable."
+            )
+        wait_key = message_key(node["message"], text)
+        if wait_key is None or len(text) > CORRELATION_MAX:
+            raise RouteError(
+                f"trigger '{node_id}': the correlation value of '{node['correlation']}' is "
+                f"{len(text)} characters; a delivery carries at most {CORRELATION_MAX} (and "
+                f"the message name with it at most {WAIT_KEY_MAX - 1}), so no message could "
+                "reach this step. Correlate by a shorter value."
+            )
         token = self.new_token(
-            node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key[:300]
+            node_id, TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key
         )
         buffered = (
             TriggerDelivery.objects.filter(
                 message=node["message"],
-                correlation=str(correlation),
+                correlation=text,
                 state=DeliveryState.RECEIVED,
                 tenant__in=("", self.instance.tenant),
             )

@@ -56,6 +56,7 @@ from ..models import (
     WaitKind,
 )
 from ..queue import enqueue_sweep, instances_mark_runnable
+from ..waitkeys import message_key_sql
 from .chain_audit import chains_audit_if_due
 from .saga_requeue import saga_requeue_candidates
 from .timers import timers_fire_only
@@ -140,10 +141,9 @@ def deliveries_retry(limit: int = 200) -> int:
 
     Each hand-over owns its commit (``delivery_consume``, under the delivery's lease).
     """
+    key = message_key_sql()
     waiting = Token.objects.filter(
-        state=TokenState.WAITING,
-        wait_kind=WaitKind.TRIGGER,
-        wait_key=Concat(OuterRef("message"), Value(":"), OuterRef("correlation")),
+        state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=key
     )
     # A delivery that names a tenant goes only to that tenant's steps.
     candidates = (

@@ -24,6 +24,7 @@ from ..limits import admit_json, admit_text, payload_max_bytes
 from ..liveness import worker_name
 from ..models import DeliveryState, Token, TokenState, TriggerDelivery, WaitKind
 from ..queue import instance_mark_runnable
+from ..waitkeys import WAIT_KEY_MAX, message_key
 
 __all__ = ["delivery_consume", "delivery_take", "trigger_deliver"]
 
@@ -53,6 +54,7 @@ def trigger_deliver(
         ("delivery_id", delivery_id),
     ):
         admit_text(value, name=name, max_length=200)
+    _refuse_unkeyable(message, correlation)
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object.")
     body = admit_json(payload, what="payload is malformed", max_bytes=payload_max_bytes())
@@ -108,6 +110,16 @@ def delivery_consume(*, delivery_id: int) -> bool:
         lease_release_if_held(fence=fence)
 
 
+def _refuse_unkeyable(message: str, correlation: str) -> None:
+    if message_key(message, correlation) is None:
+        raise InvalidRequest(
+            f"message and correlation together are too long ({len(message)} + "
+            f"{len(correlation)} characters): no step can wait for them. A waiting step's "
+            f"message name and correlation value fit in {WAIT_KEY_MAX - 1} characters "
+            "(a ':' or '\\' in the name counts twice)."
+        )
+
+
 def _consume(delivery_id: int, fence) -> bool:
     """Hand the delivery over with conditional writes on ``fence`` (its own lease).
 
@@ -116,7 +128,9 @@ def _consume(delivery_id: int, fence) -> bool:
     delivery = TriggerDelivery.objects.get(pk=delivery_id)
     if delivery.state != DeliveryState.RECEIVED:
         return False
-    wait_key = f"{delivery.message}:{delivery.correlation}"[:300]
+    wait_key = message_key(delivery.message, delivery.correlation)
+    if wait_key is None:
+        return False  # no step can wait under so long a key (routing refuses it)
     waiting = Token.objects.filter(
         state=TokenState.WAITING, wait_kind=WaitKind.TRIGGER, wait_key=wait_key
     )
