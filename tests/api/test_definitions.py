@@ -220,3 +220,16 @@ def test_a_document_no_step_could_serve_is_refused_before_anything_is_stored(
     assert words in " ".join(e["detail"] for e in problem["errors"]), problem
     assert Definition.objects.count() == 0
     assert key_client.get("/api/v1/definitions/").status_code == 200
+
+
+@pytest.mark.parametrize("schema", [False, True, 5, "object"])
+def test_variables_that_are_not_a_schema_object_are_refused_not_ignored(key_client, schema):
+    document = linear(action("a"), key="tests.variables", version=1, variables_schema=None)
+    document["variables"] = schema
+    problem = assert_problem(
+        key_client.post("/api/v1/definitions/", document, format="json"), 422, "validation-failed"
+    )
+    assert "'variables' must be a JSON Schema object" in " ".join(
+        e["detail"] for e in problem["errors"]
+    )
+    assert Definition.objects.count() == 0

@@ -127,8 +127,9 @@ def test_missing_variable_in_an_input_mapping_blocks_naming_the_variable():
         start(linear(action("a", value="applicant.name")), variables={"applicant": {}})
     )
     assert_blocked_before_dispatch(
-        instance, "input", "Step 'a' needs the variable 'applicant.name', which is not set."
+        instance, "input", "Step 'a' needs the variable 'applicant.name', which is not set;"
     )
+    assert "cancel this instance and start the case again" in instance.reason
 
 
 def test_a_literal_input_needs_no_variable():

@@ -125,7 +125,12 @@ def _header_problems(document: dict[str, Any]) -> list[str]:
     title = document.get("title")
     if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
         problems.append(f"'title' must be a non-empty string of at most {MAX_TITLE} characters.")
-    if "variables" in document:
+    if "variables" in document and not isinstance(document["variables"], dict):
+        problems.append(
+            "'variables' must be a JSON Schema object (the start variables are an object); "
+            "leave it out to accept any variables."
+        )
+    elif "variables" in document:
         problem = schema_problem(document["variables"])
         if problem:
             problems.append(f"'variables' is not a valid JSON Schema: {problem}")

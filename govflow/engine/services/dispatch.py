@@ -170,9 +170,9 @@ def _checked_input(token: Token, node: Mapping[str, Any], action: ActionDefiniti
         raise StepRejected(
             "input",
             f"Step '{token.node_id}' needs the variable "
-            f"'{exc.path}', which is not set. Set it (or fix the "
-            "definition's input mapping); nothing was "
-            "dispatched.",
+            f"'{exc.path}', which is not set; nothing was dispatched. Variables are not "
+            "edited: cancel this instance and start the case again with the variable (or "
+            "on a version whose input mapping does not need it).",
         ) from None
     errors = sorted(
         schema_validator(action.input_schema).iter_errors(input_value),
