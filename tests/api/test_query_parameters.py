@@ -112,7 +112,7 @@ def test_public_endpoints_refuse_unknown_parameters_too(anon_client):
 
 def test_a_method_the_endpoint_lacks_is_405_whatever_its_query(key_client, world):
     path = f"/api/v1/instances/{world.north_instance}/"
-    for method in ("delete", "put", "patch"):
+    for method in ("delete", "put", "patch", "options"):
         response = getattr(key_client, method)(f"{path}?x=1")
         assert response.status_code == 405, (method, response.content)
         assert "GET" in response["Allow"]

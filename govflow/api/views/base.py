@@ -71,7 +71,8 @@ class ApiView(GenericAPIView):
         return frozenset(names)
 
     def check_query(self, request) -> None:
-        if not hasattr(self, request.method.lower()):
+        method = request.method.lower()
+        if method not in self.http_method_names or not hasattr(self, method):
             return  # a method the endpoint lacks is a 405 (its Allow header), whatever it asks
         accepted = self.accepted_query(request.method)
         variables = self.case_variable_filters and request.method in _READS
