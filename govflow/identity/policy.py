@@ -2,10 +2,9 @@
 
 A user is *privileged* when they can approve decisions, resolve incidents, publish
 definitions, migrate instances, register webhooks, manage API keys or change anyone's
-permissions (or are a superuser). The
-rule reads permissions, not group names, so a new group that grants one of them is covered
-without a change here. ``GOVFLOW_REQUIRE_2FA_FOR_ALL`` makes every staff user privileged
-for this purpose.
+permissions (or are a superuser). The rule reads permissions, not group names, so a new
+group that grants one of them is covered without a change here.
+``GOVFLOW_REQUIRE_2FA_FOR_ALL`` makes every staff user privileged for this purpose.
 """
 
 from __future__ import annotations

@@ -136,37 +136,32 @@ def test_a_signed_in_user_starts_only_for_a_tenant_of_theirs(world, django_user_
     client = client_with()
     client.force_login(user)
     body = {"definition": "tests.api_wait", "variables": {"ref": "R-1"}}
-    before = Instance.objects.count()
-    problem = assert_problem(
-        client.post("/api/v1/instances/", body, format="json"), 422, "validation-failed"
-    )
+
+    def start(**tenant):
+        return client.post("/api/v1/instances/", {**body, **tenant}, format="json")
+
+    def refused(status: int, code: str, **tenant) -> dict:
+        before = Instance.objects.count()
+        problem = assert_problem(start(**tenant), status, code)
+        assert Instance.objects.count() == before
+        return problem
+
+    problem = refused(422, "validation-failed")
     assert problem["errors"][0]["field"] == "tenant"
     assert "north, south" in problem["errors"][0]["detail"]
-    problem = assert_problem(
-        client.post("/api/v1/instances/", {**body, "tenant": "east"}, format="json"),
-        403,
-        "permission-denied",
-    )
+    problem = refused(403, "permission-denied", tenant="east")
     assert "do not work for the tenant 'east'" in problem["detail"]
-    assert Instance.objects.count() == before
-    response = client.post("/api/v1/instances/", {**body, "tenant": "south"}, format="json")
+    response = start(tenant="south")
     assert response.status_code == 201, response.json()
     instance = Instance.objects.get(pk=response.json()["id"])
     assert (instance.tenant, instance.started_by) == ("south", user)
 
     bind_only(user, "north")  # one tenant: it is the one, unnamed
-    response = client.post("/api/v1/instances/", body, format="json")
-    assert Instance.objects.get(pk=response.json()["id"]).tenant == "north"
+    assert Instance.objects.get(pk=start().json()["id"]).tenant == "north"
 
     bind_only(user)
-    before = Instance.objects.count()
-    problem = assert_problem(
-        client.post("/api/v1/instances/", {**body, "tenant": "north"}, format="json"),
-        403,
-        "permission-denied",
-    )
+    problem = refused(403, "permission-denied", tenant="north")
     assert "You work for no tenant" in problem["detail"]
-    assert Instance.objects.count() == before
 
 
 def test_a_signed_in_user_needs_the_csrf_token_for_changes(world, django_user_model):

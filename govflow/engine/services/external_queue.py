@@ -114,7 +114,7 @@ def _check_lock_seconds(lock_seconds: float) -> float:
     return float(lock_seconds)
 
 
-def _fetch_sql(tenants: bool, one_topic: bool) -> str:
+def _fetch_sql(by_tenant: bool, one_topic: bool) -> str:
     """The fetch-and-lock statement. For one topic the pick is ``topic = %s``, so the
     index (topic, fetchable_at, id) yields the due rows in order and the scan stops at the
     LIMIT; for several it is a list (the due rows of those topics are sorted)."""
@@ -126,7 +126,7 @@ def _fetch_sql(tenants: bool, one_topic: bool) -> str:
         f"UPDATE {table} SET state = %s, fence = fence + 1, worker = %s, "
         f"locked_at = {d.now}, lock_expires_at = {plus}, fetchable_at = {plus} "
         f"WHERE id IN (SELECT id FROM {table} WHERE state IN (%s, %s) "
-        f"AND topic {topic} {f'AND tenant {d.id_in} ' if tenants else ''}"
+        f"AND topic {topic} {f'AND tenant {d.id_in} ' if by_tenant else ''}"
         f"AND fetchable_at <= {d.now_once} ORDER BY fetchable_at, id LIMIT %s "
         f"{d.skip_locked}) "
         "RETURNING id, fence, topic, instance_id, node_id, tenant, variables, "
